@@ -1,0 +1,37 @@
+"""npystore: open .npy, .npz and MATLAB .mat files where they live, by reading byte ranges.
+
+Local paths and any fsspec URL (``s3://``, ``http(s)://``, ``memory://``, chained URLs) open
+as lazy dask arrays; only the bytes a computation needs are read.
+
+>>> import numpy as np, npystore
+>>> np.save("/tmp/doc_init.npy", np.arange(10, dtype=">u2"))
+>>> npystore.open_npy("/tmp/doc_init.npy")[3:6].compute()
+array([3, 4, 5], dtype='>u2')
+"""
+
+from npystore.api import load, open, open_npy, read_header, sniff
+from npystore.errors import (
+    ConsistencyError,
+    FetchError,
+    FormatError,
+    NpystoreError,
+    UnsupportedError,
+)
+from npystore.formats.npy import NpyHeader
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConsistencyError",
+    "FetchError",
+    "FormatError",
+    "NpyHeader",
+    "NpystoreError",
+    "UnsupportedError",
+    "__version__",
+    "load",
+    "open",
+    "open_npy",
+    "read_header",
+    "sniff",
+]

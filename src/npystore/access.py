@@ -1,0 +1,281 @@
+"""Reading selections of a layout through a reader: :class:`LayoutArray`.
+
+:class:`LayoutArray` is a lazy, numpy-like view of one array (``shape``, ``dtype``, ``ndim``,
+basic indexing). Indexing it plans the byte ranges of the selection
+(:func:`npystore.layout.plan_reads`), fetches them through the
+:class:`~npystore.fetch.RangeReader` and assembles the result in one preallocated buffer:
+contiguous pieces are read straight into it, others through a small temporary buffer. It is
+what the dask face slices chunk by chunk, and what :func:`npystore.load` reads whole.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from collections.abc import Iterator
+from itertools import islice
+from typing import Any, Final
+
+import numpy as np
+
+from npystore.errors import FormatError, UnsupportedError
+from npystore.fetch import RangeReader
+from npystore.layout import (
+    ArrayLayout,
+    Hyperslab,
+    Piece,
+    PickledExtent,
+    RawExtent,
+    ReadPlan,
+    full_selection,
+    plan_reads,
+)
+
+__all__ = ["LayoutArray", "normalize_key", "read_selection"]
+
+#: Pieces fetched per batch (bounds memory and keeps many requests in flight).
+_BATCH: Final = 1024
+
+Key = tuple[int | slice | None, ...]
+
+
+def normalize_key(key: Any, shape: tuple[int, ...]) -> tuple[Hyperslab, Key]:
+    """Split a basic-indexing key into a hyperslab to read and a numpy key to apply after.
+
+    Parameters
+    ----------
+    key : int, slice, Ellipsis, None or a tuple of them
+        A numpy basic index.
+    shape : tuple of int
+        The array's shape.
+
+    Returns
+    -------
+    selection : Hyperslab
+        Per dimension ``(start, count, step)`` with positive steps.
+    post : tuple
+        Index applied to the hyperslab's result: drops integer-indexed dimensions, reverses
+        negative-step dimensions and inserts ``None`` axes, exactly as numpy would.
+    """
+    items = key if isinstance(key, tuple) else (key,)
+    n_ellipsis = sum(1 for k in items if k is Ellipsis)
+    if n_ellipsis > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    n_real = sum(1 for k in items if k is not None and k is not Ellipsis)
+    if n_real > len(shape):
+        raise IndexError(
+            f"too many indices for array: array is {len(shape)}-dimensional, "
+            f"but {n_real} were indexed"
+        )
+    if n_ellipsis == 0:
+        items = (*items, Ellipsis)
+    expanded: list[Any] = []
+    for k in items:
+        if k is Ellipsis:
+            expanded.extend([slice(None)] * (len(shape) - n_real))
+        else:
+            expanded.append(k)
+    selection: list[tuple[int, int, int]] = []
+    post: list[int | slice | None] = []
+    dim = 0
+    for k in expanded:
+        if k is None:
+            post.append(None)
+            continue
+        n = shape[dim]
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            r = range(start, stop, step)
+            if len(r) == 0:
+                selection.append((0, 0, 1))
+                post.append(slice(None))
+            elif step > 0:
+                selection.append((r[0], len(r), step))
+                post.append(slice(None))
+            else:
+                selection.append((r[-1], len(r), -step))
+                post.append(slice(None, None, -1))
+        elif isinstance(k, int | np.integer) and not isinstance(k, bool | np.bool_):
+            i = int(k)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
+            selection.append((i % n, 1, 1))
+            post.append(0)
+        else:
+            raise TypeError(
+                f"only integers, slices, Ellipsis and None are valid indices, got {k!r}; "
+                "for fancy indexing read a slice first"
+            )
+        dim += 1
+    return tuple(selection), tuple(post)
+
+
+def read_selection(
+    reader: RangeReader,
+    layout: ArrayLayout,
+    selection: Hyperslab,
+    *,
+    parallel: bool = False,
+) -> np.ndarray[Any, Any]:
+    """Read one hyperslab of a raw layout into a new, writable array.
+
+    Parameters
+    ----------
+    reader : RangeReader
+        Reader of the object holding the layout.
+    layout : ArrayLayout
+        A layout with :class:`RawExtent` storage.
+    selection : Hyperslab
+        Per dimension ``(start, count, step)``.
+    parallel : bool
+        Split large local reads across threads (for eager whole-array reads).
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``count`` per dimension, the layout's dtype and memory order.
+    """
+    plan = plan_reads(layout, selection, max_gap=reader.max_gap, max_span=reader.max_span)
+    dtype = layout.dtype
+    nbytes = math.prod(plan.shape) * dtype.itemsize
+    if nbytes == 0 or plan.pieces == 0:
+        return np.ndarray(plan.shape, dtype=dtype, order=layout.order)
+    buf = np.empty(nbytes, dtype=np.uint8)
+    out: np.ndarray[Any, Any] = np.ndarray(plan.shape, dtype=dtype, buffer=buf, order=layout.order)
+    raw = memoryview(buf)
+    pieces = plan.iter_pieces()
+    while batch := list(islice(pieces, _BATCH)):
+        _read_batch(reader, plan, out, raw, batch, parallel)
+    return out
+
+
+def _read_batch(
+    reader: RangeReader,
+    plan: ReadPlan,
+    out: np.ndarray[Any, Any],
+    raw: memoryview,
+    batch: list[Piece],
+    parallel: bool,
+) -> None:
+    direct: list[tuple[int, memoryview]] = []
+    staged: list[Piece] = []
+    for piece in batch:
+        if piece.contiguous:
+            o = sum(b * s for (b, _), s in zip(piece.region, out.strides, strict=True))
+            direct.append((piece.start, raw[o : o + piece.stop - piece.start]))
+        else:
+            staged.append(piece)
+    if direct:
+        reader.readinto_many(direct, parallel=parallel)
+    if staged:
+        datas = reader.read_many([(p.start, p.stop) for p in staged])
+        for piece, data in zip(staged, datas, strict=True):
+            view: np.ndarray[Any, Any] = np.ndarray(
+                piece.shape, dtype=plan.layout.dtype, buffer=data, strides=plan.strides
+            )
+            out[tuple(slice(b, e) for b, e in piece.region)] = view
+
+
+def _load_pickled(reader: RangeReader, layout: ArrayLayout) -> np.ndarray[Any, Any]:
+    storage = layout.storage
+    data = reader.read(storage.offset, storage.offset + storage.nbytes)
+    try:
+        value = pickle.loads(data)  # noqa: S301 - only reached with allow_pickle=True
+    except Exception as exc:
+        raise FormatError(
+            f"{reader.url}: the pickled object array could not be unpickled: {exc!r}"
+        ) from exc
+    if not isinstance(value, np.ndarray) or value.shape != layout.shape:
+        got = getattr(value, "shape", type(value).__name__)
+        raise FormatError(
+            f"{reader.url}: the pickle holds {got}, expected an array of shape {layout.shape}"
+        )
+    return value
+
+
+class LayoutArray:
+    """A lazy, read-only, numpy-like array over a layout, read through a reader.
+
+    Supports ``shape``, ``dtype``, ``ndim``, ``size``, ``nbytes`` and basic indexing (ints,
+    slices with any step, ``...``, ``None``). Each indexing reads only the bytes the selection
+    needs. Pickles small: the reader and the layout.
+
+    Parameters
+    ----------
+    reader : RangeReader
+        Reader of the object.
+    layout : ArrayLayout
+        Where the array's elements are.
+    """
+
+    def __init__(self, reader: RangeReader, layout: ArrayLayout) -> None:
+        self.reader = reader
+        self.layout = layout
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The array's shape."""
+        return self.layout.shape
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The array's dtype (byte order as stored)."""
+        return self.layout.dtype
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return self.layout.ndim
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return self.layout.size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole array in memory."""
+        return self.layout.nbytes
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return (
+            f"LayoutArray({self.reader.url!r}, shape={self.shape}, dtype={self.dtype}, "
+            f"order={self.layout.order!r})"
+        )
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __getitem__(self, key: Any) -> np.ndarray[Any, Any]:
+        selection, post = normalize_key(key, self.shape)
+        storage = self.layout.storage
+        if isinstance(storage, PickledExtent):
+            whole = _load_pickled(self.reader, self.layout)
+            return np.asarray(whole[_as_index(selection)][(*post, Ellipsis)])
+        if not isinstance(storage, RawExtent):
+            raise UnsupportedError(f"{self.reader.url}: cannot read {type(storage).__name__}")
+        result = read_selection(self.reader, self.layout, selection)
+        return np.asarray(result[(*post, Ellipsis)])
+
+    def read(self, *, parallel: bool = True) -> np.ndarray[Any, Any]:
+        """Read the whole array into one new array (large local reads use threads)."""
+        storage = self.layout.storage
+        if isinstance(storage, PickledExtent):
+            return _load_pickled(self.reader, self.layout)
+        return read_selection(
+            self.reader, self.layout, full_selection(self.shape), parallel=parallel
+        )
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray[Any, Any]:
+        arr = self.read()
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+
+def _as_index(selection: Hyperslab) -> tuple[slice, ...]:
+    return tuple(slice(start, start + count * step, step) for start, count, step in selection)

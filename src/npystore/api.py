@@ -1,0 +1,310 @@
+"""The public entry points: :func:`read_header`, :func:`open_npy`, :func:`load`, :func:`open`.
+
+They wire the layers together: open a :class:`~npystore.fetch.RangeReader`, parse the header
+bytes with :mod:`npystore.formats`, describe the data as an
+:class:`~npystore.layout.ArrayLayout`, and hand it to a face.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from npystore.access import LayoutArray
+from npystore.errors import FormatError, UnsupportedError
+from npystore.fetch import RangeReader, open_reader
+from npystore.formats import npy
+from npystore.layout import ArrayLayout, PickledExtent, RawExtent
+
+if TYPE_CHECKING:
+    import dask.array as da
+
+__all__ = ["load", "open", "open_npy", "read_header"]
+
+#: Bytes read by the first request: the preamble and, for all but very large structured
+#: dtypes, the whole header (numpy pads a plain header to 128 bytes).
+PREFIX_SIZE: Final = 1024
+
+StorageOptions = Mapping[str, Any] | None
+
+_MAT5_TEXT: Final = b"MATLAB 5.0 MAT-file"
+_MAT73_TEXT: Final = b"MATLAB 7.3 MAT-file"
+_HDF5_MAGIC: Final = b"\x89HDF\r\n\x1a\n"
+_ZIP_MAGICS: Final = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")
+
+
+def _read_prefix(reader: RangeReader) -> bytes:
+    return reader.read(0, min(reader.size, PREFIX_SIZE))
+
+
+def _header_from_prefix(
+    reader: RangeReader, prefix: bytes, max_header_size: int
+) -> npy.NpyHeader:
+    """Parse the header; read exactly the rest of it if the prefix was too short."""
+    url = reader.url
+    if len(prefix) < npy.PREAMBLE_MAX_LEN and len(prefix) == reader.size and npy.is_npy(prefix):
+        raise FormatError(f"{url}: truncated .npy file: {reader.size} bytes, no complete header")
+    preamble = npy.parse_preamble(prefix, source=url)
+    if preamble.header_length > max_header_size:
+        raise FormatError(
+            f"{url}: .npy header declares {preamble.header_length} bytes, more than "
+            f"max_header_size={max_header_size}; pass a larger max_header_size to read it"
+        )
+    end = preamble.data_offset
+    if end > reader.size:
+        raise FormatError(
+            f"{url}: truncated .npy file: the header ends at byte {end}, "
+            f"the file has {reader.size} bytes"
+        )
+    if end <= len(prefix):
+        text = prefix[preamble.header_start : end]
+    else:
+        text = prefix[preamble.header_start :] + reader.read(len(prefix), end)
+    header = npy.parse_header(preamble, text, source=url)
+    if not header.is_pickled and header.data_offset + header.nbytes > reader.size:
+        raise FormatError(
+            f"{url}: truncated .npy file: shape {header.shape} of {header.dtype} needs "
+            f"{header.nbytes} bytes from byte {header.data_offset}, the file has "
+            f"{reader.size - header.data_offset}"
+        )
+    return header
+
+
+def _layout(reader: RangeReader, header: npy.NpyHeader, allow_pickle: bool) -> ArrayLayout:
+    order = "F" if header.fortran_order else "C"
+    if header.is_pickled:
+        if not allow_pickle:
+            raise UnsupportedError(
+                f"{reader.url}: holds an object array ({header.dtype}), stored as a pickle; "
+                "loading it can execute arbitrary code. Pass allow_pickle=True only if you "
+                "trust the file."
+            )
+        extent = PickledExtent(header.data_offset, reader.size - header.data_offset)
+        return ArrayLayout(header.dtype, header.shape, order, extent)
+    return ArrayLayout(header.dtype, header.shape, order, RawExtent(header.data_offset, header.nbytes))
+
+
+def read_header(
+    url: str,
+    *,
+    storage_options: StorageOptions = None,
+    max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+) -> npy.NpyHeader:
+    """Read the header of an ``.npy`` file without reading its data.
+
+    One metadata request (size and identity) and at most two range reads: the first
+    1 KiB, then exactly the rest of the header if it is longer.
+
+    Parameters
+    ----------
+    url : str
+        Local path or any fsspec URL (``s3://``, ``http(s)://``, ``memory://``, chained URLs
+        such as ``simplecache::s3://...``).
+    storage_options : mapping, optional
+        Filesystem options, as fsspec's ``storage_options``.
+    max_header_size : int
+        Largest header accepted, in bytes (default 16 MiB).
+
+    Returns
+    -------
+    NpyHeader
+        ``version``, ``dtype``, ``shape``, ``fortran_order``, ``data_offset``.
+
+    Raises
+    ------
+    FormatError
+        Not an ``.npy`` file, a malformed header, or a file shorter than its header says.
+
+    Examples
+    --------
+    >>> import numpy as np, npystore
+    >>> np.save("/tmp/doc_header.npy", np.zeros((3, 4), dtype="<f4"))
+    >>> h = npystore.read_header("/tmp/doc_header.npy")
+    >>> h.shape, h.dtype, h.fortran_order, h.data_offset
+    ((3, 4), dtype('float32'), False, 128)
+    """
+    reader = open_reader(url, storage_options)
+    return _header_from_prefix(reader, _read_prefix(reader), max_header_size)
+
+
+def _open_layout_array(
+    reader: RangeReader, prefix: bytes, allow_pickle: bool, max_header_size: int
+) -> LayoutArray:
+    header = _header_from_prefix(reader, prefix, max_header_size)
+    return LayoutArray(reader, _layout(reader, header, allow_pickle))
+
+
+def open_npy(
+    url: str,
+    *,
+    chunks: Any = "auto",
+    storage_options: StorageOptions = None,
+    allow_pickle: bool = False,
+    max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+) -> da.Array:
+    """Open an ``.npy`` file as a lazy dask array; no data is read until chunks compute.
+
+    Parameters
+    ----------
+    url : str
+        Local path or any fsspec URL.
+    chunks : "auto", int, tuple, dict or -1
+        Dask chunk spec. ``"auto"`` (default) makes chunks of about dask's
+        ``array.chunk-size`` split along the slowest-varying axis only, so each chunk is one
+        contiguous byte range.
+    storage_options : mapping, optional
+        Filesystem options, as fsspec's ``storage_options``.
+    allow_pickle : bool
+        Allow object arrays, which are stored as pickles (unpickling runs code from the
+        file). Such arrays are read whole when computed.
+    max_header_size : int
+        Largest header accepted, in bytes.
+
+    Returns
+    -------
+    dask.array.Array
+        Values and dtype (byte order included) equal to ``numpy.load``'s. The dask name is
+        derived from the object's identity: the same object gives the same name, a rewritten
+        one a different name.
+
+    Raises
+    ------
+    FormatError
+        Malformed or truncated file.
+    UnsupportedError
+        An object array without ``allow_pickle=True``.
+
+    Examples
+    --------
+    >>> import numpy as np, npystore
+    >>> np.save("/tmp/doc_open.npy", np.arange(12.0).reshape(3, 4))
+    >>> a = npystore.open_npy("/tmp/doc_open.npy")
+    >>> a
+    dask.array<npy, shape=(3, 4), dtype=float64, chunksize=(3, 4), chunktype=numpy.ndarray>
+    >>> float(a[1:].sum().compute())
+    60.0
+    """
+    from npystore.faces.dask import to_dask
+
+    reader = open_reader(url, storage_options)
+    array = _open_layout_array(reader, _read_prefix(reader), allow_pickle, max_header_size)
+    return to_dask(array, chunks)
+
+
+def load(
+    url: str,
+    *,
+    storage_options: StorageOptions = None,
+    allow_pickle: bool = False,
+    max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+) -> np.ndarray[Any, Any]:
+    """Read a whole ``.npy`` file into a numpy array, eagerly and in parallel.
+
+    The data is read with concurrent range requests (threads with ``preadv`` locally)
+    straight into one preallocated buffer: no per-chunk arrays and no concatenation.
+
+    Parameters
+    ----------
+    url : str
+        Local path or any fsspec URL.
+    storage_options : mapping, optional
+        Filesystem options, as fsspec's ``storage_options``.
+    allow_pickle : bool
+        Allow object arrays (stored as pickles).
+    max_header_size : int
+        Largest header accepted, in bytes.
+
+    Returns
+    -------
+    numpy.ndarray
+        Equal to ``numpy.load(url)``, dtype and memory order included; writable.
+
+    Examples
+    --------
+    >>> import numpy as np, npystore
+    >>> np.save("/tmp/doc_load.npy", np.asfortranarray(np.eye(3, dtype=">i2")))
+    >>> x = npystore.load("/tmp/doc_load.npy")
+    >>> x.dtype, bool(x.flags.f_contiguous), int(x.trace())
+    (dtype('>i2'), True, 3)
+    """
+    reader = open_reader(url, storage_options)
+    array = _open_layout_array(reader, _read_prefix(reader), allow_pickle, max_header_size)
+    return array.read(parallel=True)
+
+
+def sniff(prefix: bytes) -> str:
+    """Name the format of a file from its first bytes: ``"npy"``, ``"npz"``, ``"mat"``.
+
+    Parameters
+    ----------
+    prefix : bytes
+        The first bytes of the file (at least 128 for MATLAB files).
+
+    Returns
+    -------
+    str
+        The format name, or ``"unknown"``.
+    """
+    if npy.is_npy(prefix):
+        return "npy"
+    if prefix[:4] in _ZIP_MAGICS:
+        return "npz"
+    if prefix[:19] in (_MAT5_TEXT, _MAT73_TEXT) or prefix[:8] == _HDF5_MAGIC:
+        return "mat"
+    return "unknown"
+
+
+def open(  # noqa: A001 - the public name is fixed by the API contract
+    url: str,
+    *,
+    storage_options: StorageOptions = None,
+    **kwargs: Any,
+) -> Any:
+    """Open any supported file, choosing the format by its magic bytes, not its extension.
+
+    Parameters
+    ----------
+    url : str
+        Local path or any fsspec URL.
+    storage_options : mapping, optional
+        Filesystem options, as fsspec's ``storage_options``.
+    **kwargs
+        Passed on to the format's opener (e.g. ``chunks``, ``allow_pickle`` for ``.npy``).
+
+    Returns
+    -------
+    dask.array.Array
+        For an ``.npy`` file (other formats as they are supported).
+
+    Raises
+    ------
+    FormatError
+        The bytes are not a known format.
+    UnsupportedError
+        A recognised format that this version of npystore cannot open yet.
+    """
+    reader = open_reader(url, storage_options)
+    prefix = _read_prefix(reader)
+    kind = sniff(prefix)
+    if kind == "npy":
+        from npystore.faces.dask import to_dask
+
+        chunks = kwargs.pop("chunks", "auto")
+        allow_pickle = bool(kwargs.pop("allow_pickle", False))
+        max_header_size = int(kwargs.pop("max_header_size", npy.DEFAULT_MAX_HEADER_SIZE))
+        if kwargs:
+            raise TypeError(f"open() got unexpected keyword arguments for .npy: {sorted(kwargs)}")
+        array = _open_layout_array(reader, prefix, allow_pickle, max_header_size)
+        return to_dask(array, chunks)
+    if kind in ("npz", "mat"):
+        raise UnsupportedError(
+            f"{reader.url}: looks like {'a ZIP (.npz)' if kind == 'npz' else 'a MATLAB .mat'} "
+            "file, which this version of npystore cannot open yet"
+        )
+    raise FormatError(
+        f"{reader.url}: unknown format: the first bytes are {builtins.bytes(prefix[:8])!r}, "
+        f"expected the .npy magic {npy.MAGIC!r}, a ZIP signature or a MATLAB header"
+    )

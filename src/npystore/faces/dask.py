@@ -1,0 +1,78 @@
+"""The dask face: a layout read through a reader becomes a lazy :class:`dask.array.Array`.
+
+Each chunk is a task that indexes one :class:`~npystore.access.LayoutArray` (stored once in
+the graph, so graphs pickle small). Because the tasks are dask's own ``getter`` tasks, dask's
+slice fusion applies: ``a[10:20].compute()`` reads only the bytes of those rows, not whole
+chunks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+from dask.utils import parse_bytes
+
+from npystore.access import LayoutArray
+from npystore.layout import PickledExtent, contiguous_chunks
+
+__all__ = ["ChunksSpec", "normalize_layout_chunks", "to_dask"]
+
+ChunksSpec = Any  # whatever dask accepts: "auto", int, tuple, dict, -1, None
+
+
+def normalize_layout_chunks(array: LayoutArray, chunks: ChunksSpec) -> tuple[tuple[int, ...], ...]:
+    """Explicit chunk sizes for ``array``.
+
+    ``"auto"`` gives contiguous chunks of about dask's ``array.chunk-size`` that split only
+    the slowest-varying axis when possible (see :func:`npystore.layout.contiguous_chunks`);
+    every other spec has dask's meaning. Pickled (object) arrays are one chunk.
+    """
+    layout = array.layout
+    if isinstance(layout.storage, PickledExtent):
+        return tuple((n,) for n in layout.shape)
+    if isinstance(chunks, str) and chunks == "auto":
+        target = parse_bytes(dask.config.get("array.chunk-size"))
+        return contiguous_chunks(layout.shape, layout.dtype.itemsize, layout.order, target)
+    normalized: tuple[tuple[int, ...], ...] = da.core.normalize_chunks(
+        chunks, layout.shape, dtype=layout.dtype
+    )
+    return normalized
+
+
+def to_dask(array: LayoutArray, chunks: ChunksSpec = "auto", *, prefix: str = "npy") -> da.Array:
+    """A lazy dask array over ``array``, named deterministically from the object's identity.
+
+    Parameters
+    ----------
+    array : LayoutArray
+        What to read.
+    chunks : chunk spec
+        ``"auto"`` or anything :func:`dask.array.core.normalize_chunks` accepts.
+    prefix : str
+        Prefix of the dask name (e.g. ``"npy"``, or a member name).
+
+    Returns
+    -------
+    dask.array.Array
+    """
+    normalized = normalize_layout_chunks(array, chunks)
+    layout = array.layout
+    token = tokenize(
+        "npystore-v1", array.reader.token, layout.storage, layout.shape, str(layout.dtype),
+        layout.dtype.descr if layout.dtype.names else layout.dtype.str, layout.order, normalized,
+    )
+    meta = np.empty((0,) * layout.ndim, dtype=layout.dtype)
+    return da.from_array(
+        array,
+        chunks=normalized,
+        name=f"{prefix}-{token}",
+        lock=False,
+        asarray=False,
+        fancy=False,
+        meta=meta,
+        inline_array=False,
+    )

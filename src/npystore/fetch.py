@@ -1,0 +1,323 @@
+"""The only IO in npystore: :class:`RangeReader`, byte ranges of one object on any fsspec URL.
+
+A reader is bound to one object and to the identity it had when it was opened (size plus
+mtime, ETag or version id). It reads ranges two ways:
+
+- local files (``LocalFileSystem``): ``os.preadv`` straight into the caller's buffers, large
+  ranges split across a small thread pool (the GIL is released while the kernel copies);
+- everything else: ``fs.cat_ranges``, many ranges in flight at once (s3fs, http and other
+  async filesystems run them concurrently on fsspec's event loop), each result length-checked
+  and retried once before a :class:`~npystore.errors.FetchError` names the URL and the range.
+
+Readers pickle as ``(filesystem, path, identity)``: a dask worker rebuilds the filesystem once
+(fsspec caches instances), never once per chunk.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Final
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from npystore.errors import ConsistencyError, FetchError
+
+__all__ = ["ObjectIdentity", "RangeReader", "open_reader"]
+
+#: Remote ranges larger than this are split into parts fetched concurrently.
+REMOTE_PART_SIZE: Final = 8 * 2**20
+#: Local ranges larger than this are split across the thread pool (when asked to).
+LOCAL_PART_SIZE: Final = 16 * 2**20
+#: Attempts for a remote range that comes back short before giving up.
+REMOTE_ATTEMPTS: Final = 3
+
+_IDENTITY_KEYS: Final = (
+    "ETag",
+    "etag",
+    "VersionId",
+    "version_id",
+    "LastModified",
+    "last_modified",
+    "mtime",
+    "modified",
+    "created",
+    "ino",
+    "generation",
+    "md5Hash",
+)
+
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_pool_pid: int | None = None
+
+
+def _thread_pool() -> ThreadPoolExecutor:
+    """A process-wide pool for parallel local reads (recreated after a fork)."""
+    global _pool, _pool_pid  # noqa: PLW0603
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():
+            workers = max(2, min(8, 2 * (os.cpu_count() or 1)))
+            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="npystore-read")
+            _pool_pid = os.getpid()
+        return _pool
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectIdentity:
+    """Who an object was when it was opened.
+
+    Attributes
+    ----------
+    url : str
+        The protocol-qualified path, for messages and dask names.
+    size : int
+        Size in bytes.
+    fields : tuple of (str, str)
+        Version markers the filesystem reported (ETag, version id, mtime, inode, ...).
+    """
+
+    url: str
+    size: int
+    fields: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def from_info(cls, url: str, info: Mapping[str, Any]) -> ObjectIdentity:
+        """Build an identity from an fsspec ``info()`` dict."""
+        size = info.get("size")
+        if not isinstance(size, int) or size < 0:
+            raise FetchError(f"{url}: the filesystem reports no valid size ({size!r})")
+        if info.get("type") == "directory":
+            raise IsADirectoryError(f"{url}: is a directory, expected a file")
+        fields = tuple((key, str(info[key])) for key in _IDENTITY_KEYS if info.get(key))
+        return cls(url=url, size=size, fields=fields)
+
+
+class RangeReader:
+    """Read byte ranges of one object, pinned to the identity it had at open.
+
+    Parameters
+    ----------
+    fs : fsspec.AbstractFileSystem
+        The filesystem holding the object.
+    path : str
+        The object's path on ``fs``.
+    identity : ObjectIdentity
+        The object's identity captured at open.
+    """
+
+    #: Gap (bytes) below which neighbouring regions are read as one range.
+    max_gap: int
+    #: Largest temporary buffer for a merged, non-contiguous range.
+    max_span: int
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, identity: ObjectIdentity):
+        self.fs = fs
+        self.path = path
+        self.identity = identity
+        self.local = isinstance(fs, LocalFileSystem)
+        self.max_gap = 32 * 2**10 if self.local else 512 * 2**10
+        self.max_span = 64 * 2**20
+
+    def __reduce__(self) -> tuple[Callable[..., RangeReader], tuple[Any, ...]]:
+        return (RangeReader, (self.fs, self.path, self.identity))
+
+    def __repr__(self) -> str:
+        return f"RangeReader({self.identity.url!r}, size={self.identity.size})"
+
+    @property
+    def url(self) -> str:
+        """The object's URL, for messages."""
+        return self.identity.url
+
+    @property
+    def size(self) -> int:
+        """The object's size in bytes at open."""
+        return self.identity.size
+
+    @property
+    def token(self) -> tuple[Any, ...]:
+        """A deterministic token of the object's identity (for dask names)."""
+        return (self.identity.url, self.identity.size, self.identity.fields)
+
+    # -- public reading API --------------------------------------------------------------
+
+    def read(self, start: int, stop: int) -> bytes:
+        """Read ``[start, stop)``; the whole range or an error."""
+        self._check_range(start, stop)
+        if stop == start:
+            return b""
+        if self.local:
+            buf = bytearray(stop - start)
+            self._local_readinto([(start, memoryview(buf))])
+            return bytes(buf)
+        return self._remote_read([(start, stop)])[0]
+
+    def read_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Read several ``[start, stop)`` ranges, concurrently where the filesystem allows."""
+        for start, stop in ranges:
+            self._check_range(start, stop)
+        if self.local:
+            bufs = [bytearray(stop - start) for start, stop in ranges]
+            self._local_readinto([(s, memoryview(b)) for (s, _), b in zip(ranges, bufs, strict=True)])
+            return [bytes(b) for b in bufs]
+        return self._remote_read(list(ranges))
+
+    def readinto_many(
+        self, requests: Sequence[tuple[int, memoryview]], *, parallel: bool = False
+    ) -> None:
+        """Fill each writable byte view with the object's bytes starting at its offset.
+
+        Parameters
+        ----------
+        requests : sequence of (int, memoryview)
+            ``(offset, view)`` pairs; ``view`` is a writable, contiguous byte view.
+        parallel : bool
+            Split large local reads across threads (for one big eager read; dask tasks
+            already run in parallel and leave this off).
+        """
+        for start, view in requests:
+            self._check_range(start, start + view.nbytes)
+        if self.local:
+            if parallel:
+                requests = _split(requests, LOCAL_PART_SIZE)
+            self._local_readinto(requests, parallel=parallel)
+            return
+        split = _split(requests, REMOTE_PART_SIZE)
+        datas = self._remote_read([(s, s + v.nbytes) for s, v in split])
+        for (_, view), data in zip(split, datas, strict=True):
+            view[:] = data
+
+    # -- local ---------------------------------------------------------------------------
+
+    def _local_readinto(
+        self, requests: Sequence[tuple[int, memoryview]], *, parallel: bool = False
+    ) -> None:
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            self._check_local_identity(fd)
+            if parallel and len(requests) > 1:
+                pool = _thread_pool()
+                futures: list[Future[None]] = [
+                    pool.submit(self._pread_full, fd, start, view) for start, view in requests
+                ]
+                for future in futures:
+                    future.result()
+            else:
+                for start, view in requests:
+                    self._pread_full(fd, start, view)
+        finally:
+            os.close(fd)
+
+    def _check_local_identity(self, fd: int) -> None:
+        st = os.fstat(fd)
+        fields = dict(self.identity.fields)
+        mtime = fields.get("mtime")
+        if st.st_size != self.identity.size or (
+            mtime is not None and mtime != str(st.st_mtime)
+        ):
+            raise ConsistencyError(
+                f"{self.url}: the file changed since it was opened (size {self.identity.size}"
+                f" -> {st.st_size}, mtime {mtime} -> {st.st_mtime}); reopen it"
+            )
+
+    def _pread_full(self, fd: int, start: int, view: memoryview) -> None:
+        done = 0
+        total = view.nbytes
+        while done < total:
+            n = os.preadv(fd, [view[done:]], start + done)
+            if n <= 0:
+                raise ConsistencyError(
+                    f"{self.url}: file ended at byte {start + done} while reading "
+                    f"[{start}, {start + total}); it is shorter than when it was opened"
+                )
+            done += n
+
+    # -- remote --------------------------------------------------------------------------
+
+    def _remote_read(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        if not ranges:
+            return []
+        results: list[bytes | None] = [None] * len(ranges)
+        todo = list(range(len(ranges)))
+        for attempt in range(REMOTE_ATTEMPTS):
+            got = self.fs.cat_ranges(
+                [self.path] * len(todo),
+                [ranges[i][0] for i in todo],
+                [ranges[i][1] for i in todo],
+                on_error="return",
+            )
+            retry = []
+            last_problem: BaseException | str | None = None
+            for i, data in zip(todo, got, strict=True):
+                want = ranges[i][1] - ranges[i][0]
+                if isinstance(data, FileNotFoundError):
+                    raise ConsistencyError(
+                        f"{self.url}: the object disappeared since it was opened ({data})"
+                    )
+                if isinstance(data, BaseException):
+                    last_problem = data
+                    retry.append(i)
+                elif len(data) != want:
+                    last_problem = f"got {len(data)} bytes, expected {want}"
+                    retry.append(i)
+                else:
+                    results[i] = bytes(data)
+            if not retry:
+                break
+            todo = retry
+            if attempt == REMOTE_ATTEMPTS - 1:
+                start, stop = ranges[retry[0]]
+                raise FetchError(
+                    f"{self.url}: reading bytes [{start}, {stop}) failed after "
+                    f"{REMOTE_ATTEMPTS} attempts: {last_problem}"
+                )
+        return [r if r is not None else b"" for r in results]
+
+    def _check_range(self, start: int, stop: int) -> None:
+        if not 0 <= start <= stop <= self.identity.size:
+            raise FetchError(
+                f"{self.url}: byte range [{start}, {stop}) lies outside the object "
+                f"of {self.identity.size} bytes"
+            )
+
+
+def _split(requests: Sequence[tuple[int, memoryview]], part: int) -> list[tuple[int, memoryview]]:
+    out: list[tuple[int, memoryview]] = []
+    for start, view in requests:
+        n = view.nbytes
+        if n <= part:
+            out.append((start, view))
+            continue
+        for o in range(0, n, part):
+            out.append((start + o, view[o : o + part]))
+    return out
+
+
+def open_reader(url: str, storage_options: Mapping[str, Any] | None = None) -> RangeReader:
+    """Open a reader on ``url`` (any fsspec URL, chained URLs included).
+
+    One metadata request (``info``) captures the object's size and identity; no data is read.
+
+    Parameters
+    ----------
+    url : str
+        Local path or fsspec URL, e.g. ``"s3://bucket/a.npy"`` or ``"simplecache::s3://..."``.
+    storage_options : mapping, optional
+        Keyword arguments for the filesystem (fsspec's ``storage_options``).
+
+    Returns
+    -------
+    RangeReader
+    """
+    fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+    info = fs.info(path)
+    if isinstance(fs, LocalFileSystem):
+        st = os.stat(path)
+        info = {"size": st.st_size, "mtime": st.st_mtime, "ino": st.st_ino, "type": info["type"]}
+    name = fs.unstrip_protocol(path) if not isinstance(fs, LocalFileSystem) else path
+    return RangeReader(fs, path, ObjectIdentity.from_info(name, info))

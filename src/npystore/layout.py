@@ -1,0 +1,316 @@
+"""Where every element sits: :class:`ArrayLayout` and the read plans derived from it.
+
+Every format parser produces an :class:`ArrayLayout` (dtype, shape, memory order, and where the
+bytes are); every face consumes layouts and asks :func:`plan_reads` which byte ranges hold a
+selection. Nothing here does IO or parses a file format.
+
+A selection is a hyperslab: per dimension ``(start, count, step)`` with ``step >= 1``. Its read
+plan is a list of :class:`Piece` objects, each one byte range of the file that covers a
+rectangular region of the selection. Regions whose bytes are separated by small gaps are read
+as one range (the gap is cheaper than another request); a contiguous region is read straight
+into the output buffer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = [
+    "ArrayLayout",
+    "Hyperslab",
+    "Piece",
+    "PickledExtent",
+    "RawExtent",
+    "ReadPlan",
+    "contiguous_chunks",
+    "full_selection",
+    "plan_reads",
+]
+
+Order = Literal["C", "F"]
+#: Per dimension ``(start, count, step)``.
+Hyperslab = tuple[tuple[int, int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RawExtent:
+    """The elements are stored uncompressed, back to back, starting at ``offset``."""
+
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class PickledExtent:
+    """The array is a pickle stream from ``offset`` to ``offset + nbytes`` (object arrays)."""
+
+    offset: int
+    nbytes: int
+
+
+Storage = RawExtent | PickledExtent
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayLayout:
+    """The one value every format produces and every face consumes.
+
+    Attributes
+    ----------
+    dtype : numpy.dtype
+        Element type as stored (byte order included).
+    shape : tuple of int
+        Logical shape of the array.
+    order : {"C", "F"}
+        Memory order of the stored elements.
+    storage : RawExtent or PickledExtent
+        Where the bytes are and how they decode.
+    """
+
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+    order: Order
+    storage: Storage
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the decoded array."""
+        return self.size * self.dtype.itemsize
+
+    @property
+    def byte_strides(self) -> tuple[int, ...]:
+        """Byte step between neighbours along each dimension, in the stored order."""
+        itemsize = self.dtype.itemsize
+        strides = [0] * self.ndim
+        dims = range(self.ndim - 1, -1, -1) if self.order == "C" else range(self.ndim)
+        step = itemsize
+        for d in dims:
+            strides[d] = step
+            step *= self.shape[d]
+        return tuple(strides)
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One byte range of the file covering a rectangular region of a selection.
+
+    Attributes
+    ----------
+    start, stop : int
+        The byte range ``[start, stop)`` in the file.
+    region : tuple of (int, int)
+        Per dimension ``(begin, end)`` of the region, in selection (output) coordinates.
+    contiguous : bool
+        Whether the range holds exactly the region's elements, back to back in the layout's
+        order (then it can be read straight into the output buffer).
+    """
+
+    start: int
+    stop: int
+    region: tuple[tuple[int, int], ...]
+    contiguous: bool
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the region."""
+        return tuple(end - begin for begin, end in self.region)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPlan:
+    """How to read one hyperslab: output shape, the file strides of its elements, pieces.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        Shape of the selection (the output array).
+    strides : tuple of int
+        Byte distance in the file between selection neighbours along each dimension; a
+        non-contiguous piece's bytes are viewed with these strides.
+    pieces : int
+        Number of pieces; iterate them with :meth:`iter_pieces` (they are generated lazily,
+        a sparse selection may have many).
+    """
+
+    layout: ArrayLayout
+    base: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    outer_levels: tuple[int, ...]
+    core_level: int | None
+    core_block: int
+    core_span: int
+    core_contiguous: bool
+    pieces: int
+
+    def iter_pieces(self) -> Iterator[Piece]:
+        """Yield the pieces in file order."""
+        if self.pieces == 0:
+            return
+        full = [(0, n) for n in self.shape]
+        outer_ranges = [range(self.shape[d]) for d in self.outer_levels]
+        for combo in itertools.product(*outer_ranges):
+            region = list(full)
+            start = self.base
+            for d, i in zip(self.outer_levels, combo, strict=True):
+                region[d] = (i, i + 1)
+                start += i * self.strides[d]
+            if self.core_level is None:
+                yield Piece(start, start + self.core_span, tuple(region), self.core_contiguous)
+                continue
+            d = self.core_level
+            count = self.shape[d]
+            if self.core_block >= count:
+                yield Piece(start, start + self.core_span, tuple(region), self.core_contiguous)
+                continue
+            inner_span = self.core_span - (count - 1) * self.strides[d]
+            for b in range(0, count, self.core_block):
+                e = min(b + self.core_block, count)
+                region[d] = (b, e)
+                first = start + b * self.strides[d]
+                last = start + (e - 1) * self.strides[d] + inner_span
+                yield Piece(first, last, tuple(region), self.core_contiguous)
+
+
+def full_selection(shape: Sequence[int]) -> Hyperslab:
+    """The hyperslab selecting the whole array."""
+    return tuple((0, n, 1) for n in shape)
+
+
+def plan_reads(
+    layout: ArrayLayout,
+    selection: Hyperslab,
+    *,
+    max_gap: int,
+    max_span: int,
+) -> ReadPlan:
+    """Plan the byte ranges that hold a hyperslab of a raw layout.
+
+    Parameters
+    ----------
+    layout : ArrayLayout
+        A layout with :class:`RawExtent` storage.
+    selection : Hyperslab
+        Per dimension ``(start, count, step)``, already bounds-checked, ``step >= 1``.
+    max_gap : int
+        Neighbouring sub-regions separated by at most this many bytes are read as one range.
+    max_span : int
+        A non-contiguous merged range is cut into blocks of at most about this many bytes
+        (it is read into a temporary buffer).
+
+    Returns
+    -------
+    ReadPlan
+    """
+    storage = layout.storage
+    if not isinstance(storage, RawExtent):
+        raise TypeError(f"plan_reads needs raw storage, got {type(storage).__name__}")
+    if len(selection) != layout.ndim:
+        raise ValueError(f"selection has {len(selection)} dims, layout {layout.ndim}")
+    itemsize = layout.dtype.itemsize
+    shape = tuple(count for _, count, _ in selection)
+    fstrides = layout.byte_strides
+    strides = tuple(fs * step for fs, (_, _, step) in zip(fstrides, selection, strict=True))
+    base = storage.offset + sum(
+        start * fs for fs, (start, _, _) in zip(fstrides, selection, strict=True)
+    )
+    empty = math.prod(shape) == 0 or itemsize == 0
+    # Levels: dimensions that vary, outermost (largest stride) first.
+    levels = sorted((d for d in range(len(shape)) if shape[d] > 1), key=lambda d: -strides[d])
+    # spans[k]: bytes from the first to past the last element of levels k.. (others fixed).
+    spans = [itemsize] * (len(levels) + 1)
+    for k in range(len(levels) - 1, -1, -1):
+        d = levels[k]
+        spans[k] = (shape[d] - 1) * strides[d] + spans[k + 1]
+    gaps = [strides[d] - spans[k + 1] for k, d in enumerate(levels)]
+    core = len(levels)
+    while core > 0 and gaps[core - 1] <= max_gap:
+        core -= 1
+    outer = tuple(levels[:core])
+    core_level = levels[core] if core < len(levels) else None
+    core_contiguous = all(g == 0 for g in gaps[core:])
+    core_span = spans[core]
+    core_block = shape[core_level] if core_level is not None else 1
+    if core_level is not None and not core_contiguous and core_span > max_span:
+        core_block = max(1, max_span // strides[core_level])
+    if empty:
+        pieces = 0
+    else:
+        per_combo = 1 if core_level is None else math.ceil(shape[core_level] / core_block)
+        pieces = math.prod(shape[d] for d in outer) * per_combo
+    return ReadPlan(
+        layout=layout,
+        base=base,
+        shape=shape,
+        strides=strides,
+        outer_levels=outer,
+        core_level=core_level,
+        core_block=core_block,
+        core_span=core_span,
+        core_contiguous=core_contiguous,
+        pieces=pieces,
+    )
+
+
+def contiguous_chunks(
+    shape: Sequence[int], itemsize: int, order: Order, target_bytes: int
+) -> tuple[tuple[int, ...], ...]:
+    """Chunks of about ``target_bytes`` that are each one contiguous byte range.
+
+    Only the slowest-varying axis (0 for C order, the last for Fortran order) is split when a
+    slab along it fits the target; otherwise the split moves inward one axis at a time, with
+    the outer axes chunked by 1, so every chunk stays contiguous.
+
+    Parameters
+    ----------
+    shape : sequence of int
+        Array shape.
+    itemsize : int
+        Bytes per element.
+    order : {"C", "F"}
+        Memory order.
+    target_bytes : int
+        Desired chunk size in bytes (dask's ``array.chunk-size``).
+
+    Returns
+    -------
+    tuple of tuple of int
+        Explicit chunk sizes per dimension, as dask expects.
+    """
+    ndim = len(shape)
+    if ndim == 0:
+        return ()
+    if 0 in shape or itemsize == 0:
+        return tuple((n,) for n in shape)
+    dims = list(range(ndim)) if order == "C" else list(range(ndim - 1, -1, -1))
+    sizes = list(shape)
+    target = max(1, target_bytes)
+    for k, d in enumerate(dims):
+        inner = itemsize * math.prod(shape[e] for e in dims[k + 1 :])
+        if inner <= target or k == ndim - 1:
+            sizes[d] = max(1, min(shape[d], target // inner))
+            for e in dims[:k]:
+                sizes[e] = 1
+            break
+    return tuple(_blocks(n, size) for n, size in zip(shape, sizes, strict=True))
+
+
+def _blocks(n: int, size: int) -> tuple[int, ...]:
+    full, rest = divmod(n, size)
+    return (size,) * full + ((rest,) if rest else ())

@@ -1,0 +1,876 @@
+"""An embedded S3 server and an HTTP request counter for s3fs.
+
+This module backs the test-suite and the demo. It is deliberately cheap to
+import: moto, boto3 and s3fs are imported only when a server is started or a
+filesystem is built.
+
+* :class:`LocalS3` runs moto's S3 implementation in a background thread on a
+  loopback port, with fixed fake credentials.
+* :class:`RequestCounter` hooks the botocore events of an
+  ``s3fs.S3FileSystem`` client and counts every HTTP attempt it sends, so that
+  tests can assert how many requests (and which byte ranges) a read costs.
+* :class:`S3Sandbox` bundles one bucket, a filesystem and a counter; it is what
+  the ``s3`` pytest fixture hands to tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import itertools
+import logging
+import os
+import socket
+import threading
+import urllib.request
+import uuid
+import weakref
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Self
+
+if TYPE_CHECKING:
+    from s3fs import S3FileSystem
+
+__all__ = [
+    "LocalS3",
+    "Measurement",
+    "RequestCounter",
+    "RequestRecord",
+    "S3Sandbox",
+    "parse_range_header",
+    "s3_url",
+    "split_s3_url",
+]
+
+_SUB_DICT_OPTIONS = ("client_kwargs", "config_kwargs", "s3_additional_kwargs")
+
+
+# --------------------------------------------------------------------------- urls
+
+
+def s3_url(bucket: str, key: str = "") -> str:
+    """Build an ``s3://`` URL.
+
+    Parameters
+    ----------
+    bucket : str
+        Bucket name.
+    key : str, optional
+        Object key; leading slashes are dropped.
+
+    Returns
+    -------
+    str
+        ``"s3://bucket/key"`` (or ``"s3://bucket"`` when `key` is empty).
+    """
+    key = key.lstrip("/")
+    return f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
+
+
+def split_s3_url(url: str) -> tuple[str, str]:
+    """Split ``s3://bucket/key`` (or ``bucket/key``) into bucket and key.
+
+    Parameters
+    ----------
+    url : str
+        An ``s3://`` URL or a bare ``bucket/key`` path.
+
+    Returns
+    -------
+    tuple of str
+        ``(bucket, key)``; `key` is ``""`` for a bare bucket.
+
+    Raises
+    ------
+    ValueError
+        If the URL has another scheme or no bucket.
+    """
+    path = url
+    if "://" in path:
+        scheme, path = path.split("://", 1)
+        if scheme not in ("s3", "s3a"):
+            raise ValueError(f"not an s3:// URL: {url!r}")
+    bucket, _, key = path.lstrip("/").partition("/")
+    if not bucket:
+        raise ValueError(f"no bucket in {url!r}")
+    return bucket, key
+
+
+# --------------------------------------------------------------------- the server
+
+
+class _DropBelowWarning(logging.Filter):
+    """Drop werkzeug's per-request INFO lines while a quiet server runs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+
+class LocalS3:
+    """An in-process S3 server (moto) on a loopback port.
+
+    Use it as a context manager, or call :meth:`start` and :meth:`stop`.
+    Nothing global is configured: clients get the fixed fake credentials
+    (:attr:`KEY`, :attr:`SECRET`) and region (:attr:`REGION`) explicitly,
+    through :meth:`storage_options`, :meth:`filesystem` and :meth:`client`.
+
+    Parameters
+    ----------
+    host : str, default "127.0.0.1"
+        Address to bind. Keep it on loopback.
+    port : int, default 0
+        Port to bind; 0 picks a free one (read it back from
+        :attr:`endpoint_url`).
+    quiet : bool, default True
+        Hide werkzeug's one-line-per-request INFO log while the server runs
+        (a filter on the ``"werkzeug"`` logger, removed again by :meth:`stop`).
+
+    Notes
+    -----
+    moto keeps its state in process-global backends, so every ``LocalS3`` in
+    one process (and any ``moto.mock_aws`` in it) sees the same buckets. Use
+    distinct bucket names; :meth:`create_bucket` makes unique ones.
+
+    Examples
+    --------
+    >>> with LocalS3() as server:  # doctest: +SKIP
+    ...     bucket = server.create_bucket()
+    ...     url = server.put(s3_url(bucket, "a.bin"), b"hello")
+    ...     server.filesystem().cat_file(url)
+    b'hello'
+    """
+
+    KEY: ClassVar[str] = "testing"
+    SECRET: ClassVar[str] = "testing"
+    REGION: ClassVar[str] = "us-east-1"
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, quiet: bool = True) -> None:
+        self.host = host
+        self.port = port
+        self.quiet = quiet
+        self._server: Any = None
+        self._endpoint_url: str | None = None
+        self._client: Any = None
+        self._lock = threading.Lock()
+        self._log_filter: logging.Filter | None = None
+
+    # lifecycle ----------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Start the server thread; a no-op if it is already running.
+
+        Returns
+        -------
+        LocalS3
+            ``self``, so that ``server = LocalS3().start()`` works.
+
+        Raises
+        ------
+        OSError
+            If an explicit `port` is already taken.
+        """
+        with self._lock:
+            if self._server is not None:
+                return self
+            from moto.server import ThreadedMotoServer  # noqa: PLC0415 (keep imports cheap)
+
+            if self.port:
+                # ThreadedMotoServer.start() would wait forever if binding fails
+                # in its thread, so fail early here instead.
+                family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+                with socket.socket(family, socket.SOCK_STREAM) as probe:
+                    probe.bind((self.host, self.port))
+            if self.quiet:
+                self._log_filter = _DropBelowWarning()
+                logging.getLogger("werkzeug").addFilter(self._log_filter)
+            server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
+            try:
+                server.start()
+                host, port = server.get_host_and_port()
+            except BaseException:
+                self._remove_log_filter()
+                raise
+            host_part = f"[{host}]" if ":" in host else host
+            self._endpoint_url = f"http://{host_part}:{port}"
+            self._server = server
+        return self
+
+    def stop(self) -> None:
+        """Stop the server and close the cached boto3 client; idempotent."""
+        with self._lock:
+            server, self._server = self._server, None
+            client, self._client = self._client, None
+            self._endpoint_url = None
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.close()
+            try:
+                if server is not None:
+                    server.stop()
+            finally:
+                self._remove_log_filter()
+
+    def _remove_log_filter(self) -> None:
+        if self._log_filter is not None:
+            logging.getLogger("werkzeug").removeFilter(self._log_filter)
+            self._log_filter = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = self._endpoint_url or "stopped"
+        return f"<LocalS3 {state}>"
+
+    @property
+    def running(self) -> bool:
+        """Whether the server thread is running."""
+        return self._server is not None
+
+    @property
+    def endpoint_url(self) -> str:
+        """Base URL of the running server, e.g. ``"http://127.0.0.1:41234"``.
+
+        Raises
+        ------
+        RuntimeError
+            If the server is not running.
+        """
+        if self._endpoint_url is None:
+            raise RuntimeError(
+                "LocalS3 is not running; call start() or use it as a context manager"
+            )
+        return self._endpoint_url
+
+    # client configuration -------------------------------------------------------
+
+    def storage_options(self, **extra: Any) -> dict[str, Any]:
+        """Keyword arguments for ``s3fs.S3FileSystem`` / fsspec ``storage_options``.
+
+        Parameters
+        ----------
+        **extra
+            Further options merged on top. ``client_kwargs``, ``config_kwargs``
+            and ``s3_additional_kwargs`` are merged one level deep, so
+            ``client_kwargs={"verify": False}`` keeps the endpoint.
+
+        Returns
+        -------
+        dict
+            A fresh dict; equal calls give equal dicts, so fsspec's instance
+            cache returns the same filesystem for them.
+        """
+        options: dict[str, Any] = {
+            "key": self.KEY,
+            "secret": self.SECRET,
+            "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": self.REGION},
+        }
+        for name, value in extra.items():
+            current = options.get(name)
+            if (
+                name in _SUB_DICT_OPTIONS
+                and isinstance(current, dict)
+                and isinstance(value, Mapping)
+            ):
+                options[name] = {**current, **value}
+            else:
+                options[name] = value
+        return options
+
+    def filesystem(self, **extra: Any) -> S3FileSystem:
+        """An ``s3fs.S3FileSystem`` talking to this server.
+
+        Parameters
+        ----------
+        **extra
+            Extra options, merged as in :meth:`storage_options`.
+
+        Returns
+        -------
+        s3fs.S3FileSystem
+            Subject to fsspec's instance cache, like
+            ``fsspec.core.url_to_fs(url, **storage_options())``.
+        """
+        import s3fs  # noqa: PLC0415 (keep imports cheap)
+
+        return s3fs.S3FileSystem(**self.storage_options(**extra))
+
+    def client(self) -> Any:
+        """A (cached, synchronous) boto3 S3 client for this server.
+
+        Requests made with it are *not* seen by a :class:`RequestCounter`,
+        which makes it the right tool for setting up fixtures.
+
+        Returns
+        -------
+        botocore.client.S3
+            The boto3 client.
+        """
+        endpoint = self.endpoint_url
+        with self._lock:
+            if self._client is None:
+                import boto3  # noqa: PLC0415 (keep imports cheap)
+
+                self._client = boto3.client(
+                    "s3",
+                    endpoint_url=endpoint,
+                    aws_access_key_id=self.KEY,
+                    aws_secret_access_key=self.SECRET,
+                    region_name=self.REGION,
+                )
+            return self._client
+
+    # buckets and objects ---------------------------------------------------------
+
+    def create_bucket(self, name: str | None = None) -> str:
+        """Create a bucket.
+
+        Parameters
+        ----------
+        name : str, optional
+            Bucket name; a unique ``"test-<12 hex digits>"`` when omitted.
+
+        Returns
+        -------
+        str
+            The bucket name.
+        """
+        bucket = name if name is not None else f"test-{uuid.uuid4().hex[:12]}"
+        self.client().create_bucket(Bucket=bucket)
+        return bucket
+
+    def delete_bucket(self, name: str, *, missing_ok: bool = True) -> None:
+        """Delete a bucket together with all its objects.
+
+        Parameters
+        ----------
+        name : str
+            Bucket name.
+        missing_ok : bool, default True
+            Return quietly if the bucket does not exist.
+        """
+        client = self.client()
+        try:
+            paginator = client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=name):
+                objects = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+                if objects:
+                    client.delete_objects(Bucket=name, Delete={"Objects": objects, "Quiet": True})
+            client.delete_bucket(Bucket=name)
+        except client.exceptions.NoSuchBucket:
+            if not missing_ok:
+                raise
+
+    def put(self, url: str, data: bytes) -> str:
+        """Store `data` as one object.
+
+        Parameters
+        ----------
+        url : str
+            ``s3://bucket/key`` or ``bucket/key``; the bucket must exist.
+        data : bytes
+            Object contents.
+
+        Returns
+        -------
+        str
+            The object's ``s3://`` URL.
+        """
+        bucket, key = split_s3_url(url)
+        if not key:
+            raise ValueError(f"no object key in {url!r}")
+        self.client().put_object(Bucket=bucket, Key=key, Body=bytes(data))
+        return s3_url(bucket, key)
+
+    def upload(self, local_path: str | os.PathLike[str], url: str) -> str:
+        """Upload a local file as one object (a single PUT, no multipart).
+
+        Parameters
+        ----------
+        local_path : str or os.PathLike
+            File to upload.
+        url : str
+            ``s3://bucket/key`` or ``bucket/key``; if it ends with ``/`` the
+            file name is appended.
+
+        Returns
+        -------
+        str
+            The object's ``s3://`` URL.
+        """
+        path = Path(local_path)
+        bucket, key = split_s3_url(url)
+        if not key or key.endswith("/"):
+            key += path.name
+        with path.open("rb") as stream:
+            self.client().put_object(Bucket=bucket, Key=key, Body=stream)
+        return s3_url(bucket, key)
+
+    def reset(self) -> None:
+        """Wipe all of moto's in-memory state (every bucket, in every ``LocalS3``)."""
+        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
+
+    def sandbox(self, bucket: str | None = None, **fs_extra: Any) -> S3Sandbox:
+        """Create a bucket plus a filesystem and an attached request counter.
+
+        Parameters
+        ----------
+        bucket : str, optional
+            Bucket name; unique when omitted.
+        **fs_extra
+            Extra filesystem options, merged as in :meth:`storage_options`.
+
+        Returns
+        -------
+        S3Sandbox
+            Call :meth:`S3Sandbox.close` when done.
+        """
+        name = self.create_bucket(bucket)
+        options = self.storage_options(**fs_extra)
+        import s3fs  # noqa: PLC0415 (keep imports cheap)
+
+        fs = s3fs.S3FileSystem(**options)
+        return S3Sandbox(self, name, fs, options, RequestCounter.attach(fs))
+
+
+# -------------------------------------------------------------------- the counter
+
+
+def parse_range_header(value: str | bytes | None) -> tuple[int, int | None] | None:
+    """Parse an HTTP ``Range`` header of the single-range ``bytes=`` form.
+
+    Parameters
+    ----------
+    value : str, bytes or None
+        Header value, e.g. ``"bytes=10-109"``.
+
+    Returns
+    -------
+    tuple or None
+        ``(start, end_inclusive)``; ``(start, None)`` for an open range
+        ``bytes=start-``; ``(-n, None)`` for a suffix range ``bytes=-n``
+        (the last `n` bytes, like Python's ``[-n:]``). ``None`` when the value
+        is missing or not a single byte range.
+
+    Examples
+    --------
+    >>> parse_range_header(b"bytes=10-109")
+    (10, 109)
+    >>> parse_range_header("bytes=5-")
+    (5, None)
+    >>> parse_range_header("bytes=-5")
+    (-5, None)
+    """
+    if value is None:
+        return None
+    text = value.decode("latin-1") if isinstance(value, bytes) else value
+    unit, _, spec = text.strip().partition("=")
+    if unit.strip().lower() != "bytes" or "," in spec:
+        return None
+    first, dash, last = spec.strip().partition("-")
+    if not dash:
+        return None
+    first, last = first.strip(), last.strip()
+    try:
+        if not first:
+            return (-int(last), None) if last else None
+        return int(first), int(last) if last else None
+    except ValueError:
+        return None
+
+
+class RequestRecord(NamedTuple):
+    """One HTTP attempt seen by a :class:`RequestCounter`."""
+
+    operation: str
+    """botocore operation name, e.g. ``"GetObject"``."""
+    method: str
+    """HTTP method."""
+    url: str
+    """Request URL."""
+    range_header: str | None
+    """Raw ``Range`` header, if any."""
+
+
+@dataclass(repr=False, eq=False)
+class Measurement:
+    """Counts collected by a :class:`RequestCounter` during one window.
+
+    Each HTTP attempt is counted once, retries included. Requests made through
+    other clients (e.g. :meth:`LocalS3.client`) are not seen.
+
+    Attributes
+    ----------
+    requests : int
+        HTTP attempts, all operations.
+    gets : int
+        ``GetObject`` attempts.
+    heads : int
+        ``HeadObject`` attempts.
+    bytes : int
+        Body bytes of successful (2xx) ``GetObject`` responses, from their
+        ``Content-Length`` (what the server sent, not the range asked for).
+    errors : int
+        Attempts that got no HTTP response (connection error, ...) or a status
+        of 400 or more (a 404 from an existence check counts).
+    ranges : list of tuple
+        ``(start, end_inclusive_or_None)`` of each ``GetObject``, in send order,
+        as :func:`parse_range_header` gives it; a GET without ``Range`` is
+        recorded as ``(0, None)``, an unparsable one is left out.
+    by_operation : collections.Counter
+        Attempts per operation name.
+    records : list of RequestRecord
+        Every attempt, in send order.
+    """
+
+    requests: int = 0
+    gets: int = 0
+    heads: int = 0
+    bytes: int = 0
+    errors: int = 0
+    ranges: list[tuple[int, int | None]] = field(default_factory=list)
+    by_operation: Counter[str] = field(default_factory=Counter)
+    records: list[RequestRecord] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        ops = dict(self.by_operation)
+        return (
+            f"Measurement(requests={self.requests}, gets={self.gets}, heads={self.heads}, "
+            f"bytes={self.bytes}, errors={self.errors}, by_operation={ops})"
+        )
+
+    def _on_send(self, record: RequestRecord) -> None:
+        self.requests += 1
+        self.by_operation[record.operation] += 1
+        self.records.append(record)
+        if record.operation == "HeadObject":
+            self.heads += 1
+        elif record.operation == "GetObject":
+            self.gets += 1
+            if record.range_header is None:
+                self.ranges.append((0, None))
+            else:
+                parsed = parse_range_header(record.range_header)
+                if parsed is not None:
+                    self.ranges.append(parsed)
+
+    def _on_response(self, body_bytes: int, failed: bool) -> None:
+        self.bytes += body_bytes
+        if failed:
+            self.errors += 1
+
+
+_counter_ids = itertools.count()
+
+
+def _operation_of(event_name: str) -> str:
+    # "before-send.s3.GetObject" -> "GetObject"
+    return event_name.rsplit(".", 1)[-1]
+
+
+def _header(headers: Any, name: str) -> str | None:
+    if headers is None:
+        return None
+    value = headers.get(name)
+    if value is None:
+        value = headers.get(name.lower())
+    if value is None:
+        return None
+    return value.decode("latin-1") if isinstance(value, bytes) else str(value)
+
+
+class RequestCounter:
+    """Count the HTTP requests an ``s3fs.S3FileSystem`` sends.
+
+    Handlers are registered on the filesystem's aiobotocore client
+    (``fs.s3.meta.events``):
+
+    * ``before-send.s3`` (every operation) fires once per HTTP attempt, just
+      before it is sent, with the final signed request, so it gives the
+      operation, method, URL and ``Range``; retries go through it again.
+    * ``response-received.s3`` fires once per attempt after it finished, with
+      the response headers and status, or with the exception when no response
+      came; it gives body sizes and errors.
+
+    The handlers are plain functions returning ``None`` (aiobotocore awaits a
+    handler's result only if it is awaitable, and a non-``None`` result of a
+    ``before-send`` handler would replace the HTTP response). They run on
+    fsspec's IO thread, so all updates hold a lock. Several counters on one
+    filesystem are independent.
+
+    Use :meth:`attach` rather than the constructor.
+
+    Examples
+    --------
+    >>> counter = RequestCounter.attach(fs)  # doctest: +SKIP
+    >>> with counter.measure() as m:  # doctest: +SKIP
+    ...     fs.cat_file(url, start=10, end=110)
+    >>> m.gets, m.bytes, m.ranges  # doctest: +SKIP
+    (1, 100, [(10, 109)])
+    """
+
+    def __init__(self, fs: S3FileSystem) -> None:
+        self._fs_ref: weakref.ref[Any] = weakref.ref(fs)
+        self._lock = threading.Lock()
+        self._uid = f"npystore.testing.RequestCounter-{next(_counter_ids)}-{uuid.uuid4().hex[:8]}"
+        self._client: Any = None
+        self._windows: list[Measurement] = []
+        self._total = Measurement()
+        self._attached = False
+
+    @classmethod
+    def attach(cls, fs: S3FileSystem) -> RequestCounter:
+        """Create a counter and register its handlers on `fs`'s client.
+
+        Parameters
+        ----------
+        fs : s3fs.S3FileSystem
+            The filesystem to watch. A synchronous one is connected if needed;
+            an asynchronous one must have awaited ``fs.set_session()`` first.
+
+        Returns
+        -------
+        RequestCounter
+            The attached counter.
+        """
+        counter = cls(fs)
+        counter._register(counter._current_client())
+        counter._attached = True
+        return counter
+
+    # registration -----------------------------------------------------------------
+
+    def _current_client(self) -> Any:
+        fs = self._fs_ref()
+        if fs is None:
+            raise RuntimeError("the filesystem this counter watched is gone")
+        client = getattr(fs, "_s3", None)
+        if client is None:
+            if getattr(fs, "asynchronous", False):
+                raise RuntimeError("await fs.set_session() before attaching a RequestCounter")
+            client = fs.s3  # connects a synchronous filesystem
+        return client
+
+    def _register(self, client: Any) -> None:
+        events = client.meta.events
+        events.register("before-send.s3", self._before_send, unique_id=f"{self._uid}-send")
+        events.register(
+            "response-received.s3", self._response_received, unique_id=f"{self._uid}-response"
+        )
+        self._client = client
+
+    def _unregister(self) -> None:
+        client, self._client = self._client, None
+        if client is None:
+            return
+        events = client.meta.events
+        events.unregister("before-send.s3", unique_id=f"{self._uid}-send")
+        events.unregister("response-received.s3", unique_id=f"{self._uid}-response")
+
+    def _follow_client(self) -> None:
+        """Move the handlers if s3fs replaced its client (``connect(refresh=True)``)."""
+        fs = self._fs_ref()
+        client = getattr(fs, "_s3", None) if fs is not None else None
+        if client is not None and client is not self._client:
+            self._unregister()
+            self._register(client)
+
+    def detach(self) -> None:
+        """Remove the handlers; open windows stop counting. Idempotent."""
+        with self._lock:
+            self._attached = False
+            self._windows.clear()
+        self._unregister()
+
+    @property
+    def attached(self) -> bool:
+        """Whether the handlers are registered."""
+        return self._attached
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.detach()
+
+    # handlers (run on fsspec's IO thread) ----------------------------------------------
+
+    def _before_send(self, request: Any = None, event_name: str = "", **kwargs: Any) -> None:
+        # Must return None: a non-None result would be used as the HTTP response.
+        try:
+            record = RequestRecord(
+                operation=_operation_of(event_name),
+                method=str(getattr(request, "method", "")),
+                url=str(getattr(request, "url", "")),
+                range_header=_header(getattr(request, "headers", None), "Range"),
+            )
+        except Exception:  # never break the request being counted
+            return
+        with self._lock:
+            self._total._on_send(record)
+            for window in self._windows:
+                window._on_send(record)
+
+    def _response_received(
+        self,
+        response_dict: Mapping[str, Any] | None = None,
+        exception: BaseException | None = None,
+        parsed_response: Mapping[str, Any] | None = None,
+        event_name: str = "",
+        **kwargs: Any,
+    ) -> None:
+        body_bytes = 0
+        failed = exception is not None or response_dict is None
+        try:
+            if response_dict is not None:
+                status = int(response_dict.get("status_code", 0))
+                failed = failed or status >= 400
+                if _operation_of(event_name) == "GetObject" and 200 <= status < 300:
+                    length = _header(response_dict.get("headers"), "Content-Length")
+                    if length is not None:
+                        body_bytes = int(length)
+                    elif parsed_response is not None:
+                        body_bytes = int(parsed_response.get("ContentLength", 0))
+        except Exception:  # never break the request being counted
+            pass
+        with self._lock:
+            self._total._on_response(body_bytes, failed)
+            for window in self._windows:
+                window._on_response(body_bytes, failed)
+
+    # measuring ----------------------------------------------------------------------
+
+    @property
+    def total(self) -> Measurement:
+        """Everything counted since :meth:`attach`."""
+        return self._total
+
+    @contextlib.contextmanager
+    def measure(self) -> Iterator[Measurement]:
+        """Count the requests sent while the ``with`` block runs.
+
+        Windows may overlap or nest; each counts every request sent while it
+        is open. The counts are final once the block has exited.
+
+        Yields
+        ------
+        Measurement
+            Filled in while the block runs.
+
+        Raises
+        ------
+        RuntimeError
+            If the counter was detached.
+        """
+        if not self._attached:
+            raise RuntimeError("RequestCounter is detached")
+        self._follow_client()
+        window = Measurement()
+        with self._lock:
+            self._windows.append(window)
+        try:
+            yield window
+        finally:
+            with self._lock:
+                # identity, not equality: windows with equal counts are distinct
+                self._windows = [w for w in self._windows if w is not window]
+
+
+# -------------------------------------------------------------------- the sandbox
+
+
+class S3Sandbox:
+    """One bucket on a :class:`LocalS3`, with a filesystem and a request counter.
+
+    Made by :meth:`LocalS3.sandbox`; it is the object behind the ``s3`` pytest
+    fixture. Uploads go through the server's boto3 client, so they are not
+    counted, and they invalidate the filesystem's listing cache.
+
+    Parameters
+    ----------
+    server : LocalS3
+        The running server.
+    bucket : str
+        An existing bucket.
+    fs : s3fs.S3FileSystem
+        Filesystem built from `storage_options`.
+    storage_options : dict
+        Options that give `fs` back through fsspec's instance cache.
+    counter : RequestCounter
+        Counter attached to `fs`.
+    """
+
+    def __init__(
+        self,
+        server: LocalS3,
+        bucket: str,
+        fs: S3FileSystem,
+        storage_options: dict[str, Any],
+        counter: RequestCounter,
+    ) -> None:
+        self.server = server
+        self.bucket = bucket
+        self.fs = fs
+        self._storage_options = copy.deepcopy(storage_options)
+        self.counter = counter
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """Options that give :attr:`fs` back through fsspec (a fresh copy each time)."""
+        return copy.deepcopy(self._storage_options)
+
+    def __repr__(self) -> str:
+        return f"<S3Sandbox s3://{self.bucket} on {self.server!r}>"
+
+    def url(self, key: str = "") -> str:
+        """``s3://bucket/key`` in this sandbox's bucket."""
+        return s3_url(self.bucket, key)
+
+    def put_bytes(self, data: bytes, key: str) -> str:
+        """Store `data` under `key`; returns its URL."""
+        url = self.server.put(self.url(key), data)
+        self.fs.invalidate_cache(url)
+        return url
+
+    def put_file(self, local_path: str | os.PathLike[str], key: str | None = None) -> str:
+        """Upload a local file under `key` (default: its file name); returns its URL."""
+        url = self.server.upload(local_path, self.url(key if key is not None else ""))
+        self.fs.invalidate_cache(url)
+        return url
+
+    def close(self, *, delete_bucket: bool = True) -> None:
+        """Detach the counter and (by default) delete the bucket and its objects."""
+        self.counter.detach()
+        if delete_bucket and self.server.running:
+            self.server.delete_bucket(self.bucket)
+        self.fs.invalidate_cache()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
