@@ -101,9 +101,12 @@ def test_second_server_starts_and_stops_quickly() -> None:
         assert time.perf_counter() - started < 2.0
         bucket = server.create_bucket()
         url = server.put(s3_url(bucket, "k"), b"abc")
-        assert server.filesystem(skip_instance_cache=True).cat_file(url) == b"abc"
+        assert server.client().get_object(Bucket=bucket, Key="k")["Body"].read() == b"abc"
+        assert url == f"s3://{bucket}/k"
         server.delete_bucket(bucket)
+        started = time.perf_counter()
     assert not server.running
+    assert time.perf_counter() - started < 0.4  # no 0.5 s poll wait
 
 
 def test_bucket_isolation_first(s3: S3Sandbox) -> None:
@@ -273,32 +276,38 @@ def test_several_counters_do_not_interfere(s3: S3Sandbox) -> None:
     assert b.requests == 1
 
 
-def test_retries_are_counted_per_attempt(s3: S3Sandbox) -> None:
-    """A connection error on the first attempt: botocore retries, both attempts count."""
+def test_retries_are_counted_per_attempt(
+    s3: S3Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first attempt's connection drops: botocore retries, and both attempts count."""
     from botocore.exceptions import ConnectionClosedError
 
     url = s3.put_bytes(DATA, "data.bin")
-    events = s3.fs.s3.meta.events
+    client = s3.fs.s3
+    http_session = client._endpoint.http_session
+    real_send = http_session.send
     failures = [1]
 
-    def fail_once(request: Any, **kwargs: Any) -> None:
-        # registered after the counter's handler, so the counter has seen the attempt
+    async def flaky_send(request: Any) -> Any:
+        # fails after every before-send handler ran, like a real dropped connection
         if failures:
             failures.pop()
             raise ConnectionClosedError(endpoint_url=request.url)
+        return await real_send(request)
 
-    def retry_now(attempts: int, caught_exception: Any = None, **kwargs: Any) -> int | None:
-        # ask for an immediate retry instead of botocore's random back-off sleep
+    def retry_now(caught_exception: Any = None, **kwargs: Any) -> int | None:
+        # an immediate retry instead of botocore's random back-off sleep
         return 0 if isinstance(caught_exception, ConnectionClosedError) else None
 
-    events.register("before-send.s3.GetObject", fail_once, unique_id="test-fail-once")
+    monkeypatch.setattr(http_session, "send", flaky_send)
+    events = client.meta.events
     events.register_first("needs-retry.s3.GetObject", retry_now, unique_id="test-retry-now")
     try:
         with s3.counter.measure() as m:
             assert s3.fs.cat_file(url, start=0, end=10) == DATA[:10]
     finally:
-        events.unregister("before-send.s3.GetObject", unique_id="test-fail-once")
         events.unregister("needs-retry.s3.GetObject", unique_id="test-retry-now")
+    assert not failures
     assert m.requests == 2
     assert m.gets == 2
     assert m.errors == 1

@@ -19,11 +19,11 @@ from npystore.errors import FormatError
 from npystore.formats._literal import parse_literal
 
 try:  # the writer behind write_array_header_2_0, which also does version 3.0 (utf8)
-    from numpy.lib._format_impl import _write_array_header as write_array_header
+    from numpy.lib._format_impl import _write_array_header as write_array_header  # type: ignore[attr-defined]
 except ImportError:  # numpy < 2
-    from numpy.lib.format import _write_array_header as write_array_header
+    from numpy.lib.format import _write_array_header as write_array_header  # type: ignore[attr-defined]
 
-FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 MAX_INT = 10**32 - 1  # the largest magnitude within the default cap of 32 digits
 
@@ -117,7 +117,9 @@ def test_real_numpy_headers(
         parsed = parse_literal(text)
         assert same(parsed, ast.literal_eval(text))
         assert same(parsed, header)
-    assert npformat.descr_to_dtype(parse_literal(repr(header))["descr"]) == dtype  # type: ignore[call-overload,index]
+    parsed = parse_literal(repr(header))
+    assert isinstance(parsed, dict)
+    assert npformat.descr_to_dtype(parsed["descr"]) == dtype
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -127,21 +129,20 @@ def test_header_of_a_real_file_agrees_with_numpys_reader(dtype: np.dtype[Any]) -
         warnings.simplefilter("ignore", UserWarning)  # "Stored array in format 3.0"
         npformat.write_array(buf, np.zeros((2, 3), dtype=dtype), allow_pickle=True)
     data = buf.getvalue()
-    buf.seek(0)
-    major, _ = npformat.read_magic(buf)
+    major = data[6]  # NumPy picks 1.0 if it can, 3.0 (utf8) for non-latin1 field names
     if major == 1:
         (length,) = struct.unpack("<H", data[8:10])
-        text = data[10 : 10 + length].decode("latin1")
-        expected = npformat.read_array_header_1_0(buf)
+        start = 10
     else:
         (length,) = struct.unpack("<I", data[8:12])
-        text = data[12 : 12 + length].decode("utf8")
-        expected = npformat.read_array_header_2_0(buf)
+        start = 12
+    text = data[start : start + length].decode("utf8" if major == 3 else "latin1")
+    loaded = np.load(io.BytesIO(data), allow_pickle=True)
     parsed = parse_literal(text)
     assert isinstance(parsed, dict)
-    assert parsed["shape"] == expected[0]
-    assert parsed["fortran_order"] is expected[1]
-    assert npformat.descr_to_dtype(parsed["descr"]) == expected[2]
+    assert parsed["shape"] == loaded.shape
+    assert parsed["fortran_order"] is False
+    assert npformat.descr_to_dtype(parsed["descr"]) == loaded.dtype == dtype
 
 
 def test_python2_header() -> None:
@@ -266,7 +267,7 @@ def test_errors(text: str, message: str) -> None:
 
 def test_limits_are_inclusive_and_configurable() -> None:
     assert parse_literal("[" * 64 + "]" * 64) is not None
-    assert parse_literal("((" * 32 + "1" + ",)" * 32) is not None
+    assert parse_literal("(" * 64 + "1" + ",)" * 64) is not None
     assert parse_literal("[[1]]", max_depth=2) == [[1]]
     with pytest.raises(FormatError, match="nesting deeper than 1 levels at position 1"):
         parse_literal("[[1]]", max_depth=1)
@@ -322,11 +323,11 @@ def test_large_hostile_inputs_fail_fast(text: str) -> None:
 
 
 def test_long_valid_input_is_linear() -> None:
-    items = 50_000
+    items = 20_000
     text = "[" + "('ab\\n', -123, {None: [True]}), " * items + "]"
     started = time.perf_counter()
     value = parse_literal(text)
-    assert time.perf_counter() - started < 5.0
+    assert time.perf_counter() - started < 3.0
     assert isinstance(value, list)
     assert len(value) == items
     assert same(value[-1], ("ab\n", -123, {None: [True]}))
@@ -366,7 +367,7 @@ def test_repr_round_trip(value: Any) -> None:
     assert same(parsed, ast.literal_eval(text))
 
 
-@FAST
+@settings(FAST, max_examples=75)
 @given(VALUES, st.sampled_from(["", " ", "\n", "  \t "]))
 def test_repr_round_trip_with_padding(value: Any, pad: str) -> None:
     text = pad + repr(value) + pad + "\n"
@@ -413,7 +414,7 @@ def test_fuzz_arbitrary_text(text: str) -> None:
     check_only_format_error(text)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.lists(GRAMMAR_CHARS, max_size=24).map("".join))
 def test_fuzz_grammar_soup(text: str) -> None:
     check_only_format_error(text)

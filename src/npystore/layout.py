@@ -247,7 +247,9 @@ def plan_reads(
     core_contiguous = all(g == 0 for g in gaps[core:])
     core_span = spans[core]
     core_block = shape[core_level] if core_level is not None else 1
-    if core_level is not None and not core_contiguous and core_span > max_span:
+    if empty:
+        core_block = 1
+    elif core_level is not None and not core_contiguous and core_span > max_span:
         core_block = max(1, max_span // strides[core_level])
     if empty:
         pieces = 0

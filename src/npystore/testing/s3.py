@@ -110,6 +110,33 @@ class _DropBelowWarning(logging.Filter):
         return record.levelno >= logging.WARNING
 
 
+def _stop_promptly(server: Any) -> None:
+    """Stop a ThreadedMotoServer without waiting out its 0.5 s poll interval.
+
+    ``socketserver``'s loop only notices a shutdown request between polls; a
+    connection to the listening socket wakes it up at once.
+    """
+    address = server.get_host_and_port()
+    done = threading.Event()
+
+    def wake() -> None:
+        for _ in range(200):  # bounded: at most ~2 s of pokes
+            if done.wait(0.01):
+                return
+            try:
+                socket.create_connection(address, timeout=0.5).close()
+            except OSError:  # listening socket already closed: the loop has ended
+                return
+
+    waker = threading.Thread(target=wake, name="LocalS3-stop", daemon=True)
+    waker.start()
+    try:
+        server.stop()
+    finally:
+        done.set()
+        waker.join(timeout=5)
+
+
 class LocalS3:
     """An in-process S3 server (moto) on a loopback port.
 
@@ -210,7 +237,7 @@ class LocalS3:
                     client.close()
             try:
                 if server is not None:
-                    server.stop()
+                    _stop_promptly(server)
             finally:
                 self._remove_log_filter()
 
