@@ -34,9 +34,13 @@ def _open(path: Path, max_gap: int, max_span: int) -> LayoutArray:
 def _index(draw: Any, shape: tuple[int, ...]) -> tuple[Any, ...]:
     key: list[Any] = []
     for n in shape:
-        kind = draw(st.sampled_from(["slice", "slice", "int", "full"]))
+        kind = draw(st.sampled_from(["slice", "slice", "int", "full", "list", "mask"]))
         if kind == "int" and n > 0:
             key.append(draw(st.integers(-n, n - 1)))
+        elif kind == "list" and n > 0:
+            key.append(draw(st.lists(st.integers(-n, n - 1), max_size=4)))
+        elif kind == "mask":
+            key.append(np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool))
         elif kind == "full":
             key.append(slice(None))
         else:
@@ -67,7 +71,12 @@ def test_basic_indexing_equals_numpy(tmp_path: Path, data: Any) -> None:
     max_span = data.draw(st.sampled_from([1, 16, 100, 2**20]))
     array = _open(path, max_gap, max_span)
     key = data.draw(_index(shape))
-    want = expected[key]
+    try:
+        want = expected[key]
+    except IndexError:
+        with pytest.raises(IndexError):
+            array[key]
+        return
     got = array[key]
     assert isinstance(got, np.ndarray)
     if isinstance(want, np.ndarray):
@@ -150,9 +159,16 @@ def test_auto_chunks_follow_dask_chunk_size(tmp_path: Path) -> None:
     assert b.chunks == ((100,), (100,) * 10)
 
 
-def test_normalize_key_rejects_fancy() -> None:
+def test_normalize_key_errors() -> None:
     with pytest.raises(TypeError, match="only integers"):
-        normalize_key(([1, 2],), (5,))
+        normalize_key(("a",), (5,))
+    with pytest.raises(IndexError, match="integer or boolean"):
+        normalize_key((np.array([1.5]),), (5,))
+    with pytest.raises(IndexError, match="boolean index"):
+        normalize_key((np.array([True]),), (5,))
+    with pytest.raises(IndexError, match="out of bounds"):
+        normalize_key(([0, 7],), (5,))
+    assert normalize_key(([3, -1, 2],), (5,))[0] == ((2, 3, 1),)
     with pytest.raises(IndexError):
         normalize_key((5,), (5,))
     with pytest.raises(IndexError):

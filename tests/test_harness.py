@@ -276,9 +276,7 @@ def test_several_counters_do_not_interfere(s3: S3Sandbox) -> None:
     assert b.requests == 1
 
 
-def test_retries_are_counted_per_attempt(
-    s3: S3Sandbox, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_retries_are_counted_per_attempt(s3: S3Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first attempt's connection drops: botocore retries, and both attempts count."""
     from botocore.exceptions import ConnectionClosedError
 

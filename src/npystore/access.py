@@ -36,16 +36,17 @@ __all__ = ["LayoutArray", "normalize_key", "read_selection"]
 #: Pieces fetched per batch (bounds memory and keeps many requests in flight).
 _BATCH: Final = 1024
 
-Key = tuple[int | slice | None, ...]
+Key = tuple[Any, ...]
 
 
 def normalize_key(key: Any, shape: tuple[int, ...]) -> tuple[Hyperslab, Key]:
-    """Split a basic-indexing key into a hyperslab to read and a numpy key to apply after.
+    """Split a numpy index into a hyperslab to read and a numpy key to apply after.
 
     Parameters
     ----------
-    key : int, slice, Ellipsis, None or a tuple of them
-        A numpy basic index.
+    key : int, slice, Ellipsis, None, integer or boolean array, or a tuple of them
+        A numpy index. Integer arrays (and 1-d boolean masks) read the smallest hyperslab
+        covering them and then index it, so numpy's advanced-indexing rules apply unchanged.
     shape : tuple of int
         The array's shape.
 
@@ -55,7 +56,8 @@ def normalize_key(key: Any, shape: tuple[int, ...]) -> tuple[Hyperslab, Key]:
         Per dimension ``(start, count, step)`` with positive steps.
     post : tuple
         Index applied to the hyperslab's result: drops integer-indexed dimensions, reverses
-        negative-step dimensions and inserts ``None`` axes, exactly as numpy would.
+        negative-step dimensions, applies shifted index arrays and inserts ``None`` axes,
+        exactly as numpy would on the whole array.
     """
     items = key if isinstance(key, tuple) else (key,)
     n_ellipsis = sum(1 for k in items if k is Ellipsis)
@@ -76,7 +78,7 @@ def normalize_key(key: Any, shape: tuple[int, ...]) -> tuple[Hyperslab, Key]:
         else:
             expanded.append(k)
     selection: list[tuple[int, int, int]] = []
-    post: list[int | slice | None] = []
+    post: list[Any] = []
     dim = 0
     for k in expanded:
         if k is None:
@@ -101,13 +103,41 @@ def normalize_key(key: Any, shape: tuple[int, ...]) -> tuple[Hyperslab, Key]:
                 raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
             selection.append((i % n, 1, 1))
             post.append(0)
+        elif isinstance(k, list | np.ndarray):
+            sel, shifted = _array_index(k, n, dim)
+            selection.append(sel)
+            post.append(shifted)
         else:
             raise TypeError(
-                f"only integers, slices, Ellipsis and None are valid indices, got {k!r}; "
-                "for fancy indexing read a slice first"
+                f"only integers, slices, Ellipsis, None and integer or boolean arrays are "
+                f"valid indices, got {k!r}"
             )
         dim += 1
     return tuple(selection), tuple(post)
+
+
+def _array_index(
+    k: Any, n: int, dim: int
+) -> tuple[tuple[int, int, int], np.ndarray[Any, np.dtype[np.intp]]]:
+    arr = np.asarray(k)
+    if arr.dtype == np.bool_:
+        if arr.ndim != 1 or arr.shape[0] != n:
+            raise IndexError(
+                f"boolean index of shape {arr.shape} does not match axis {dim} of size {n}"
+            )
+        arr = np.flatnonzero(arr)
+    elif arr.size == 0:
+        arr = arr.astype(np.intp)
+    elif arr.dtype.kind not in "iu":
+        raise IndexError(f"arrays used as indices must be of integer or boolean type, got {arr.dtype}")
+    if arr.size == 0:
+        return (0, 0, 1), arr.astype(np.intp)
+    if arr.min() < -n or arr.max() >= n:
+        bad = arr[(arr < -n) | (arr >= n)][0]
+        raise IndexError(f"index {bad} is out of bounds for axis {dim} with size {n}")
+    arr = np.where(arr < 0, arr + n, arr).astype(np.intp)
+    lo, hi = int(arr.min()), int(arr.max())
+    return (lo, hi - lo + 1, 1), arr - lo
 
 
 def read_selection(

@@ -3,7 +3,8 @@
 Each chunk is a task that indexes one :class:`~npystore.access.LayoutArray` (stored once in
 the graph, so graphs pickle small). Because the tasks are dask's own ``getter`` tasks, dask's
 slice fusion applies: ``a[10:20].compute()`` reads only the bytes of those rows, not whole
-chunks.
+chunks (``fancy=True``: dask 2026.8 fuses slices only into fancy-capable getters, so
+:class:`~npystore.access.LayoutArray` accepts integer and boolean index arrays too).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def to_dask(array: LayoutArray, chunks: ChunksSpec = "auto", *, prefix: str = "n
         name=f"{prefix}-{token}",
         lock=False,
         asarray=False,
-        fancy=False,
+        fancy=True,
         meta=meta,
         inline_array=False,
     )
