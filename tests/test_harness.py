@@ -211,10 +211,9 @@ def test_url_to_fs_gives_the_counted_instance(s3: S3Sandbox) -> None:
     fs, path = fsspec.core.url_to_fs(url, **s3.storage_options)
     assert fs is s3.fs
     assert path == f"{s3.bucket}/data.bin"
-    with s3.counter.measure() as m:
-        with fsspec.open(url, "rb", **s3.storage_options) as f:
-            f.seek(1000)
-            assert f.read(24) == DATA[1000:1024]
+    with s3.counter.measure() as m, fsspec.open(url, "rb", **s3.storage_options) as f:
+        f.seek(1000)
+        assert f.read(24) == DATA[1000:1024]
     assert m.gets >= 1
     assert m.ranges  # ranged, not whole-object reads
 
@@ -261,11 +260,12 @@ def test_windows_opened_on_other_threads(s3: S3Sandbox) -> None:
 def test_several_counters_do_not_interfere(s3: S3Sandbox) -> None:
     url = s3.put_bytes(DATA, "data.bin")
     with RequestCounter.attach(s3.fs) as other:
-        assert other.attached
+        was_attached = other.attached
         with s3.counter.measure() as a, other.measure() as b:
             s3.fs.cat_file(url, start=0, end=10)
         assert a.gets == b.gets == 1
         assert a.bytes == b.bytes == 10
+    assert was_attached
     assert not other.attached
     with pytest.raises(RuntimeError, match="detached"), other.measure():
         pass

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib
 import itertools
 import logging
 import os
@@ -351,9 +352,9 @@ class LocalS3:
         if getattr(fs, "_s3", None) is None and getattr(fs, "session", None) is None:
             with self._lock:
                 if self._aio_session is None:
-                    import aiobotocore.session  # noqa: PLC0415 (keep imports cheap)
-
-                    self._aio_session = aiobotocore.session.AioSession()
+                    # (import_module: aiobotocore ships no type information)
+                    aio = importlib.import_module("aiobotocore.session")
+                    self._aio_session = aio.AioSession()
                 session = self._aio_session
             fs.session = session
             fs._session_is_owned = False  # s3fs's own flag for an injected session
