@@ -114,9 +114,7 @@ def bench_local_full_read(workdir: Path, size: int, repeat: int) -> Row:
     if not np.array_equal(expected, got):
         raise SystemExit("npystore.load disagrees with numpy.load")
     del expected, got
-    ours, anchor = _interleaved(
-        lambda: npystore.load(str(path)), lambda: np.load(path), repeat
-    )
+    ours, anchor = _interleaved(lambda: npystore.load(str(path)), lambda: np.load(path), repeat)
     gib = path.stat().st_size / 2**30
     return Row(
         scenario=f"local .npy full read, {gib:.2f} GiB: npystore.load vs numpy.load",
@@ -154,7 +152,8 @@ def _machine() -> str:
     except OSError:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, {platform.system()} {platform.release()}"
+    system = f"{platform.system()} {platform.release()}"
+    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, {system}"
 
 
 def _versions() -> str:

@@ -12,7 +12,11 @@ ORDERS = ["C", "F"]
 
 
 def _dtypes() -> dict[str, np.dtype[Any]]:
-    d: dict[str, np.dtype[Any]] = {"bool": np.dtype("?"), "i1": np.dtype("i1"), "u1": np.dtype("u1")}
+    d: dict[str, np.dtype[Any]] = {
+        "bool": np.dtype("?"),
+        "i1": np.dtype("i1"),
+        "u1": np.dtype("u1"),
+    }
     for kind in ("i", "u"):
         for size in (2, 4, 8):
             for bo in "<>":

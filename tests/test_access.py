@@ -56,7 +56,9 @@ def _index(draw: Any, shape: tuple[int, ...]) -> tuple[Any, ...]:
     return tuple(key)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_basic_indexing_equals_numpy(tmp_path: Path, data: Any) -> None:
     shape = tuple(data.draw(st.lists(st.integers(0, 7), min_size=0, max_size=4)))
@@ -121,7 +123,13 @@ def test_plan_sparse_columns_respect_gap() -> None:
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize(
     ("shape", "itemsize", "target"),
-    [((1000, 30), 8, 24_000), ((10, 10, 10), 4, 400), ((7, 5, 3), 8, 8), ((4, 3), 16, 1), ((5,), 1, 2)],
+    [
+        ((1000, 30), 8, 24_000),
+        ((10, 10, 10), 4, 400),
+        ((7, 5, 3), 8, 8),
+        ((4, 3), 16, 1),
+        ((5,), 1, 2),
+    ],
 )
 def test_contiguous_chunks_are_contiguous(
     shape: tuple[int, ...], itemsize: int, target: int, order: Any

@@ -114,9 +114,12 @@ def test_distributed_local_cluster_processes(tmp_path: Path, s3: object) -> None
     np.save(path, arr)
     url_s3 = s3.put_file(path, "d.npy")  # type: ignore[attr-defined]
     opts = s3.storage_options  # type: ignore[attr-defined]
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-    ) as cluster, distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         local = npystore.open_npy(str(path), chunks=(100, 50))
         remote = npystore.open_npy(url_s3, chunks=(300, 100), storage_options=opts)
         total_local, total_remote = client.compute([local.sum(), remote.sum()], sync=True)

@@ -20,7 +20,7 @@ class _RangeHandler(BaseHTTPRequestHandler):
     root: Path
     log: list[str]
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
     def _file(self) -> bytes | None:

@@ -72,7 +72,7 @@ def test_wrong_magic(tmp_path: Path) -> None:
 def test_unknown_version_is_unsupported(tmp_path: Path) -> None:
     path = tmp_path / "v.npy"
     path.write_bytes(b"\x93NUMPY\x04\x00" + b"\x00" * 200)
-    with pytest.raises(UnsupportedError, match="version 4.0"):
+    with pytest.raises(UnsupportedError, match=r"version 4\.0"):
         npystore.read_header(str(path))
 
 
@@ -193,7 +193,9 @@ def test_data_offset_not_aligned(tmp_path: Path) -> None:
     assert np.load(url).tolist() == [0, 1, 2, 3]
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_mutated_files_raise_only_npystore_errors(tmp_path: Path, data: Any) -> None:
     base = _npy_bytes(
@@ -217,7 +219,11 @@ def test_mutated_files_raise_only_npystore_errors(tmp_path: Path, data: Any) -> 
     try:
         got = npystore.load(str(path))
     except (FormatError, UnsupportedError) as exc:
-        assert "m.npy" in str(exc)
+        message = str(exc)
+    else:
+        message = ""
+    if message:
+        assert "m.npy" in message
         return
     # whatever parses must agree with numpy on the same bytes
     expected = np.load(path)

@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from npy_cases import DTYPES, ORDERS, SHAPES, assert_same, write_case
 
 import npystore
+
+from npy_cases import DTYPES, ORDERS, SHAPES, assert_same, write_case
 
 pytestmark = pytest.mark.filterwarnings("ignore:Stored array in format 3.0:UserWarning")
 

@@ -19,7 +19,7 @@ def _upload(s3: Any, tmp_path: Path, name: str, arr: np.ndarray) -> tuple[str, i
 
 
 def test_read_header_two_gets_at_most_64k(s3: Any, tmp_path: Path) -> None:
-    url, size = _upload(s3, tmp_path, "big.npy", np.zeros((2000, 1000), dtype="<f4"))
+    url, _ = _upload(s3, tmp_path, "big.npy", np.zeros((2000, 1000), dtype="<f4"))
     with s3.counter.measure() as m:
         header = npystore.read_header(url, storage_options=s3.storage_options)
     assert header.shape == (2000, 1000)
@@ -41,9 +41,7 @@ def test_read_header_of_a_large_header_reads_exactly_the_rest(s3: Any, tmp_path:
     assert m.bytes == header.data_offset
 
 
-def test_open_npy_moves_no_data_and_slices_move_only_their_chunks(
-    s3: Any, tmp_path: Path
-) -> None:
+def test_open_npy_moves_no_data_and_slices_move_only_their_chunks(s3: Any, tmp_path: Path) -> None:
     arr = np.arange(4_000_000, dtype="<f8").reshape(4000, 1000)
     url, size = _upload(s3, tmp_path, "a.npy", arr)
     opts = s3.storage_options

@@ -23,8 +23,8 @@ from npystore.fetch import RangeReader
 from npystore.layout import (
     ArrayLayout,
     Hyperslab,
-    Piece,
     PickledExtent,
+    Piece,
     RawExtent,
     ReadPlan,
     full_selection,
@@ -129,7 +129,9 @@ def _array_index(
     elif arr.size == 0:
         arr = arr.astype(np.intp)
     elif arr.dtype.kind not in "iu":
-        raise IndexError(f"arrays used as indices must be of integer or boolean type, got {arr.dtype}")
+        raise IndexError(
+            f"arrays used as indices must be of integer or boolean type, got {arr.dtype}"
+        )
     if arr.size == 0:
         return (0, 0, 1), arr.astype(np.intp)
     if arr.min() < -n or arr.max() >= n:
@@ -172,7 +174,7 @@ def read_selection(
         return np.ndarray(plan.shape, dtype=dtype, order=layout.order)
     buf = np.empty(nbytes, dtype=np.uint8)
     out: np.ndarray[Any, Any] = np.ndarray(plan.shape, dtype=dtype, buffer=buf, order=layout.order)
-    raw = memoryview(buf)
+    raw = memoryview(buf.data)
     pieces = plan.iter_pieces()
     while batch := list(islice(pieces, _BATCH)):
         _read_batch(reader, plan, out, raw, batch, parallel)
@@ -210,7 +212,7 @@ def _load_pickled(reader: RangeReader, layout: ArrayLayout) -> np.ndarray[Any, A
     storage = layout.storage
     data = reader.read(storage.offset, storage.offset + storage.nbytes)
     try:
-        value = pickle.loads(data)  # noqa: S301 - only reached with allow_pickle=True
+        value = pickle.loads(data)
     except Exception as exc:
         raise FormatError(
             f"{reader.url}: the pickled object array could not be unpickled: {exc!r}"

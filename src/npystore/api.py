@@ -17,7 +17,7 @@ from npystore.access import LayoutArray
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader, open_reader
 from npystore.formats import npy
-from npystore.layout import ArrayLayout, PickledExtent, RawExtent
+from npystore.layout import ArrayLayout, Order, PickledExtent, RawExtent
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -40,9 +40,7 @@ def _read_prefix(reader: RangeReader) -> bytes:
     return reader.read(0, min(reader.size, PREFIX_SIZE))
 
 
-def _header_from_prefix(
-    reader: RangeReader, prefix: bytes, max_header_size: int
-) -> npy.NpyHeader:
+def _header_from_prefix(reader: RangeReader, prefix: bytes, max_header_size: int) -> npy.NpyHeader:
     """Parse the header; read exactly the rest of it if the prefix was too short."""
     url = reader.url
     if len(prefix) < npy.PREAMBLE_MAX_LEN and len(prefix) == reader.size and npy.is_npy(prefix):
@@ -74,7 +72,7 @@ def _header_from_prefix(
 
 
 def _layout(reader: RangeReader, header: npy.NpyHeader, allow_pickle: bool) -> ArrayLayout:
-    order = "F" if header.fortran_order else "C"
+    order: Order = "F" if header.fortran_order else "C"
     if header.is_pickled:
         if not allow_pickle:
             raise UnsupportedError(
@@ -84,7 +82,9 @@ def _layout(reader: RangeReader, header: npy.NpyHeader, allow_pickle: bool) -> A
             )
         extent = PickledExtent(header.data_offset, reader.size - header.data_offset)
         return ArrayLayout(header.dtype, header.shape, order, extent)
-    return ArrayLayout(header.dtype, header.shape, order, RawExtent(header.data_offset, header.nbytes))
+    return ArrayLayout(
+        header.dtype, header.shape, order, RawExtent(header.data_offset, header.nbytes)
+    )
 
 
 def read_header(
@@ -187,7 +187,7 @@ def open_npy(
     >>> float(a[1:].sum().compute())
     60.0
     """
-    from npystore.faces.dask import to_dask
+    from npystore.faces.dask import to_dask  # noqa: PLC0415 - dask loads on first use
 
     reader = open_reader(url, storage_options)
     array = _open_layout_array(reader, _read_prefix(reader), allow_pickle, max_header_size)
@@ -257,7 +257,7 @@ def sniff(prefix: bytes) -> str:
     return "unknown"
 
 
-def open(  # noqa: A001 - the public name is fixed by the API contract
+def open(
     url: str,
     *,
     storage_options: StorageOptions = None,
@@ -290,7 +290,7 @@ def open(  # noqa: A001 - the public name is fixed by the API contract
     prefix = _read_prefix(reader)
     kind = sniff(prefix)
     if kind == "npy":
-        from npystore.faces.dask import to_dask
+        from npystore.faces.dask import to_dask  # noqa: PLC0415 - dask loads on first use
 
         chunks = kwargs.pop("chunks", "auto")
         allow_pickle = bool(kwargs.pop("allow_pickle", False))

@@ -163,7 +163,9 @@ class RangeReader:
             self._check_range(start, stop)
         if self.local:
             bufs = [bytearray(stop - start) for start, stop in ranges]
-            self._local_readinto([(s, memoryview(b)) for (s, _), b in zip(ranges, bufs, strict=True)])
+            self._local_readinto(
+                [(s, memoryview(b)) for (s, _), b in zip(ranges, bufs, strict=True)]
+            )
             return [bytes(b) for b in bufs]
         return self._remote_read(list(ranges))
 
@@ -217,9 +219,7 @@ class RangeReader:
         st = os.fstat(fd)
         fields = dict(self.identity.fields)
         mtime = fields.get("mtime")
-        if st.st_size != self.identity.size or (
-            mtime is not None and mtime != str(st.st_mtime)
-        ):
+        if st.st_size != self.identity.size or (mtime is not None and mtime != str(st.st_mtime)):
             raise ConsistencyError(
                 f"{self.url}: the file changed since it was opened (size {self.identity.size}"
                 f" -> {st.st_size}, mtime {mtime} -> {st.st_mtime}); reopen it"

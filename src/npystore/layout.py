@@ -24,6 +24,7 @@ import numpy as np
 __all__ = [
     "ArrayLayout",
     "Hyperslab",
+    "Order",
     "Piece",
     "PickledExtent",
     "RawExtent",

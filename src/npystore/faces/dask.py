@@ -38,7 +38,7 @@ def normalize_layout_chunks(array: LayoutArray, chunks: ChunksSpec) -> tuple[tup
     if isinstance(chunks, str) and chunks == "auto":
         target = parse_bytes(dask.config.get("array.chunk-size"))
         return contiguous_chunks(layout.shape, layout.dtype.itemsize, layout.order, target)
-    normalized: tuple[tuple[int, ...], ...] = da.core.normalize_chunks(
+    normalized: tuple[tuple[int, ...], ...] = da.core.normalize_chunks(  # type: ignore[no-untyped-call]
         chunks, layout.shape, dtype=layout.dtype
     )
     return normalized
@@ -63,11 +63,17 @@ def to_dask(array: LayoutArray, chunks: ChunksSpec = "auto", *, prefix: str = "n
     normalized = normalize_layout_chunks(array, chunks)
     layout = array.layout
     token = tokenize(
-        "npystore-v1", array.reader.token, layout.storage, layout.shape, str(layout.dtype),
-        layout.dtype.descr if layout.dtype.names else layout.dtype.str, layout.order, normalized,
+        "npystore-v1",
+        array.reader.token,
+        layout.storage,
+        layout.shape,
+        str(layout.dtype),
+        layout.dtype.descr if layout.dtype.names else layout.dtype.str,
+        layout.order,
+        normalized,
     )
     meta = np.empty((0,) * layout.ndim, dtype=layout.dtype)
-    return da.from_array(
+    result: da.Array = da.from_array(  # type: ignore[no-untyped-call]
         array,
         chunks=normalized,
         name=f"{prefix}-{token}",
@@ -77,3 +83,4 @@ def to_dask(array: LayoutArray, chunks: ChunksSpec = "auto", *, prefix: str = "n
         meta=meta,
         inline_array=False,
     )
+    return result

@@ -667,6 +667,17 @@ class RequestCounter:
 
     Use :meth:`attach` rather than the constructor.
 
+    Notes
+    -----
+    Only that one client is watched: with ``cache_regions=True`` s3fs may make
+    more (never here: an explicit endpoint or region turns it off). If s3fs
+    replaces its client (``fs.connect(refresh=True)``), the handlers move to
+    the new one when the next :meth:`measure` window opens. A handler that
+    another party registered on a more specific event name (e.g.
+    ``before-send.s3.GetObject``) runs before ours; if it raises, that attempt
+    was never sent and is not counted as a request (its ``response-received``
+    still counts it in ``errors``).
+
     Examples
     --------
     >>> counter = RequestCounter.attach(fs)  # doctest: +SKIP
