@@ -1,0 +1,201 @@
+"""The npystore demo: lazy, range-reading access to .npy files on an embedded local S3 server.
+
+Run it with ``python -m npystore.demo``. It starts moto's S3 server on 127.0.0.1, writes a
+few realistic arrays with ``numpy.save`` (a daily temperature cube, a Fortran-ordered
+big-endian image stack, a table of structured event records), uploads them, and then opens
+them with npystore: header, lazy open, a slice and a full reduction, each checked against
+``numpy.load`` of the same file and reported with the number of S3 requests and bytes moved.
+
+Needs the ``demo`` extra (``pip install 'npystore[demo]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import npystore
+
+
+@dataclass
+class Step:
+    """One measured action."""
+
+    file: str
+    action: str
+    requests: int
+    nbytes: int
+    seconds: float
+    check: str
+
+
+def _samples(directory: Path, scale: float) -> dict[str, Path]:
+    """Write the sample files; ``scale`` shrinks them for quick runs."""
+    rng = np.random.default_rng(2024)
+    days, lat, lon = max(8, int(365 * scale)), 90, 180
+    t = np.arange(days, dtype=np.float32)[:, None, None]
+    phi = np.linspace(-np.pi / 2, np.pi / 2, lat, dtype=np.float32)[None, :, None]
+    lam = np.linspace(0, 2 * np.pi, lon, dtype=np.float32)[None, None, :]
+    temperature = (
+        15 + 20 * np.cos(phi) - 10 * np.cos(2 * np.pi * t / 365) * np.sin(phi) + np.sin(lam)
+    ) + rng.normal(0, 1.5, (days, lat, lon)).astype(np.float32)
+
+    frames = max(4, int(40 * scale))
+    yy, xx = np.mgrid[0:512, 0:512]
+    stack = np.empty((512, 512, frames), dtype=">u2", order="F")
+    for k in range(frames):
+        blob = np.exp(-((xx - 256 - 3 * k) ** 2 + (yy - 256) ** 2) / 4000.0)
+        stack[:, :, k] = (1000 + 3000 * blob + rng.poisson(20, (512, 512))).astype(">u2")
+
+    rows = max(1000, int(500_000 * scale))
+    events = np.zeros(
+        rows,
+        dtype=[("time", "<M8[ms]"), ("sensor", "<u2"), ("value", "<f8"), ("ok", "?")],
+    )
+    start = np.datetime64("2024-01-01T00:00:00", "ms")
+    events["time"] = start + np.sort(rng.integers(0, 366 * 86_400_000, rows)).astype("m8[ms]")
+    events["sensor"] = rng.integers(0, 64, rows)
+    events["value"] = rng.gamma(2.0, 3.0, rows)
+    events["ok"] = rng.random(rows) > 0.01
+
+    paths = {
+        "temperature.npy": temperature,
+        "image_stack.npy": stack,
+        "events.npy": events,
+    }
+    out = {}
+    for name, arr in paths.items():
+        path = directory / name
+        np.save(path, arr)
+        out[name] = path
+    return out
+
+
+def _measure(counter: Any, fn: Callable[[], Any]) -> tuple[Any, int, int, float]:
+    with counter.measure() as m:
+        t0 = time.perf_counter()
+        value = fn()
+        seconds = time.perf_counter() - t0
+    return value, m.requests, m.bytes, seconds
+
+
+def run(scale: float = 1.0, out: Any = sys.stdout) -> bool:
+    """Run the demo; return whether every result matched numpy.
+
+    Parameters
+    ----------
+    scale : float
+        Size of the sample files relative to the default (about 70 MB in all).
+    out : file-like
+        Where the report goes.
+    """
+    from npystore.testing import LocalS3  # noqa: PLC0415 - needs the demo extra
+
+    steps: list[Step] = []
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="npystore-demo-") as tmp, LocalS3() as server:
+        print(f"embedded S3 (moto) listening on {server.endpoint_url}", file=out)
+        sandbox = server.sandbox("npystore-demo")
+        opts = sandbox.storage_options
+        files = _samples(Path(tmp), scale)
+        for name, path in files.items():
+            url = sandbox.put_file(path, name)
+            size = path.stat().st_size
+            expected = np.load(path)
+            print(f"uploaded {url} ({size / 2**20:.1f} MiB)", file=out)
+
+            header, n, b, s = _measure(
+                sandbox.counter, lambda url=url: npystore.read_header(url, storage_options=opts)
+            )
+            steps.append(
+                Step(name, "read_header", n, b, s, f"{header.dtype}, {header.shape}, "
+                     f"{'F' if header.fortran_order else 'C'} order")
+            )
+            lazy, n, b, s = _measure(
+                sandbox.counter, lambda url=url: npystore.open_npy(url, storage_options=opts)
+            )
+            steps.append(Step(name, "open_npy (lazy)", n, b, s, f"{lazy.npartitions} chunks"))
+
+            key: Any
+            if name == "temperature.npy":
+                key = (100, slice(30, 60), slice(None))
+                reduce_label, reduce_fn = "mean over all days", (lambda a: a.mean(axis=0))
+                expected_reduced = expected.mean(axis=0)
+            elif name == "image_stack.npy":
+                key = (slice(None), slice(None), 2)
+                reduce_label, reduce_fn = "max projection", (lambda a: a.max(axis=2))
+                expected_reduced = expected.max(axis=2)
+            else:
+                key = slice(1000, 1010)
+                reduce_label, reduce_fn = "mean value", (lambda a: a["value"].mean())
+                expected_reduced = expected["value"].mean()
+
+            part, n, b, s = _measure(sandbox.counter, lambda lazy=lazy, key=key: lazy[key].compute())
+            same = bool(np.array_equal(part, expected[key]))
+            ok &= same
+            steps.append(
+                Step(name, f"slice {_key_text(key)}", n, b, s,
+                     f"{'equals' if same else 'DIFFERS FROM'} numpy.load")
+            )
+            reduced, n, b, s = _measure(
+                sandbox.counter, lambda lazy=lazy, f=reduce_fn: f(lazy).compute()
+            )
+            same = bool(np.allclose(reduced, expected_reduced))
+            ok &= same
+            steps.append(
+                Step(name, reduce_label, n, b, s,
+                     f"{'equals' if same else 'DIFFERS FROM'} numpy; {b / size:.3f}x the file")
+            )
+        sandbox.close()
+    _report(steps, out)
+    print("all results equal numpy.load" if ok else "MISMATCH: see above", file=out)
+    return ok
+
+
+def _key_text(key: Any) -> str:
+    parts = key if isinstance(key, tuple) else (key,)
+    text = []
+    for k in parts:
+        if isinstance(k, slice):
+            text.append(f"{'' if k.start is None else k.start}:{'' if k.stop is None else k.stop}")
+        else:
+            text.append(str(k))
+    return "[" + ", ".join(text) + "]"
+
+
+def _report(steps: list[Step], out: Any) -> None:
+    headers = ("file", "action", "requests", "bytes moved", "seconds", "result")
+    rows = [
+        (s.file, s.action, str(s.requests), f"{s.nbytes:,}", f"{s.seconds:.3f}", s.check)
+        for s in steps
+    ]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    print("", file=out)
+    print(line, file=out)
+    print("-" * len(line), file=out)
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)), file=out)
+    print("", file=out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point of ``python -m npystore.demo``."""
+    parser = argparse.ArgumentParser(description="npystore demo on an embedded local S3")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="size of the sample files (1.0: about 70 MB)"
+    )
+    args = parser.parse_args(argv)
+    return 0 if run(args.scale) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

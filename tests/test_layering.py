@@ -1,0 +1,87 @@
+"""The import rules that keep the layers apart (see DESIGN.md, "Layers").
+
+- ``formats/`` is pure: stdlib, numpy and npystore's own errors/formats only.
+- ``layout`` does no IO and knows no face.
+- all IO goes through ``fetch``: fsspec and s3fs are imported nowhere else
+  (``testing/`` excepted, it builds servers for the tests and the demo).
+- faces never parse bytes: they do not import ``npystore.formats``.
+- dask is imported only by faces.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+import npystore
+
+PACKAGE = Path(npystore.__file__).parent
+STDLIB = set(sys.stdlib_module_names)
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node except those under ``if TYPE_CHECKING:`` (annotations only)."""
+    out: list[ast.AST] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and ast.unparse(node.test) in (
+            "TYPE_CHECKING",
+            "typing.TYPE_CHECKING",
+        ):
+            stack.extend(node.orelse)
+            continue
+        out.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in _runtime_nodes(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def _modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(PACKAGE).as_posix()
+
+
+@pytest.mark.parametrize("path", _modules(), ids=_rel)
+def test_import_rules(path: Path) -> None:
+    rel = _rel(path)
+    imports = _imports(path)
+    roots = {name.split(".")[0] for name in imports}
+    if rel.startswith("formats/"):
+        allowed = STDLIB | {"numpy", "npystore"}
+        assert roots <= allowed, f"{rel} imports {sorted(roots - allowed)}"
+        own = {n for n in imports if n.startswith("npystore")}
+        assert all(n == "npystore.errors" or n.startswith("npystore.formats") for n in own), own
+    if rel == "layout.py":
+        assert roots <= STDLIB | {"numpy", "npystore"}, roots
+    if rel != "fetch.py" and not rel.startswith("testing/"):
+        assert not roots & {"fsspec", "s3fs", "aiobotocore", "botocore"}, (
+            f"{rel} does IO outside fetch.py: {sorted(roots)}"
+        )
+    if rel.startswith("faces/"):
+        assert not any(n.startswith("npystore.formats") for n in imports), (
+            f"{rel} parses bytes: imports {sorted(imports)}"
+        )
+    if not rel.startswith("faces/"):
+        assert "dask" not in roots, f"{rel} imports dask outside faces/"
+
+
+def test_rules_cover_every_layer() -> None:
+    rels = {_rel(p) for p in _modules()}
+    assert {"formats/npy.py", "layout.py", "fetch.py", "faces/dask.py"} <= rels
