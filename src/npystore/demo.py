@@ -90,6 +90,9 @@ def _measure(counter: Any, fn: Callable[[], Any]) -> tuple[Any, int, int, float]
 def run(scale: float = 1.0, out: Any = sys.stdout) -> bool:
     """Run the demo; return whether every result matched numpy.
 
+    Chunks are set to about 4 MiB (dask's ``array.chunk-size``) so that the reductions run
+    as many concurrent range reads.
+
     Parameters
     ----------
     scale : float
@@ -99,9 +102,15 @@ def run(scale: float = 1.0, out: Any = sys.stdout) -> bool:
     """
     from npystore.testing import LocalS3  # noqa: PLC0415 - needs the demo extra
 
+    import dask  # noqa: PLC0415
+
     steps: list[Step] = []
     ok = True
-    with tempfile.TemporaryDirectory(prefix="npystore-demo-") as tmp, LocalS3() as server:
+    with (
+        dask.config.set({"array.chunk-size": "4MiB"}),
+        tempfile.TemporaryDirectory(prefix="npystore-demo-") as tmp,
+        LocalS3() as server,
+    ):
         print(f"embedded S3 (moto) listening on {server.endpoint_url}", file=out)
         sandbox = server.sandbox("npystore-demo")
         opts = sandbox.storage_options
@@ -115,9 +124,10 @@ def run(scale: float = 1.0, out: Any = sys.stdout) -> bool:
             header, n, b, s = _measure(
                 sandbox.counter, lambda url=url: npystore.read_header(url, storage_options=opts)
             )
+            dtype_text = str(header.dtype) if header.dtype.names is None else "structured"
+            order = "F" if header.fortran_order else "C"
             steps.append(
-                Step(name, "read_header", n, b, s, f"{header.dtype}, {header.shape}, "
-                     f"{'F' if header.fortran_order else 'C'} order")
+                Step(name, "read_header", n, b, s, f"{dtype_text} {header.shape}, {order} order")
             )
             lazy, n, b, s = _measure(
                 sandbox.counter, lambda url=url: npystore.open_npy(url, storage_options=opts)
@@ -138,12 +148,20 @@ def run(scale: float = 1.0, out: Any = sys.stdout) -> bool:
                 reduce_label, reduce_fn = "mean value", (lambda a: a["value"].mean())
                 expected_reduced = expected["value"].mean()
 
-            part, n, b, s = _measure(sandbox.counter, lambda lazy=lazy, key=key: lazy[key].compute())
+            part, n, b, s = _measure(
+                sandbox.counter, lambda lazy=lazy, key=key: lazy[key].compute()
+            )
             same = bool(np.array_equal(part, expected[key]))
             ok &= same
             steps.append(
-                Step(name, f"slice {_key_text(key)}", n, b, s,
-                     f"{'equals' if same else 'DIFFERS FROM'} numpy.load")
+                Step(
+                    name,
+                    f"slice {_key_text(key)}",
+                    n,
+                    b,
+                    s,
+                    f"{'equals' if same else 'DIFFERS FROM'} numpy.load",
+                )
             )
             reduced, n, b, s = _measure(
                 sandbox.counter, lambda lazy=lazy, f=reduce_fn: f(lazy).compute()
@@ -151,8 +169,14 @@ def run(scale: float = 1.0, out: Any = sys.stdout) -> bool:
             same = bool(np.allclose(reduced, expected_reduced))
             ok &= same
             steps.append(
-                Step(name, reduce_label, n, b, s,
-                     f"{'equals' if same else 'DIFFERS FROM'} numpy; {b / size:.3f}x the file")
+                Step(
+                    name,
+                    reduce_label,
+                    n,
+                    b,
+                    s,
+                    f"{'equals' if same else 'DIFFERS FROM'} numpy; {b / size:.3f}x the file",
+                )
             )
         sandbox.close()
     _report(steps, out)
