@@ -12,6 +12,7 @@ Needs the ``demo`` extra (``pip install 'npystore[demo]'``).
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import tempfile
 import time
@@ -100,9 +101,9 @@ def run(scale: float = 1.0, out: Any = sys.stdout) -> bool:
     out : file-like
         Where the report goes.
     """
-    from npystore.testing import LocalS3  # noqa: PLC0415 - needs the demo extra
-
     import dask  # noqa: PLC0415
+
+    from npystore.testing import LocalS3  # noqa: PLC0415 - needs the demo extra
 
     steps: list[Step] = []
     ok = True
@@ -113,75 +114,57 @@ def run(scale: float = 1.0, out: Any = sys.stdout) -> bool:
     ):
         print(f"embedded S3 (moto) listening on {server.endpoint_url}", file=out)
         sandbox = server.sandbox("npystore-demo")
-        opts = sandbox.storage_options
-        files = _samples(Path(tmp), scale)
-        for name, path in files.items():
+        for name, path in _samples(Path(tmp), scale).items():
             url = sandbox.put_file(path, name)
-            size = path.stat().st_size
-            expected = np.load(path)
-            print(f"uploaded {url} ({size / 2**20:.1f} MiB)", file=out)
-
-            header, n, b, s = _measure(
-                sandbox.counter, lambda url=url: npystore.read_header(url, storage_options=opts)
-            )
-            dtype_text = str(header.dtype) if header.dtype.names is None else "structured"
-            order = "F" if header.fortran_order else "C"
-            steps.append(
-                Step(name, "read_header", n, b, s, f"{dtype_text} {header.shape}, {order} order")
-            )
-            lazy, n, b, s = _measure(
-                sandbox.counter, lambda url=url: npystore.open_npy(url, storage_options=opts)
-            )
-            steps.append(Step(name, "open_npy (lazy)", n, b, s, f"{lazy.npartitions} chunks"))
-
-            key: Any
-            if name == "temperature.npy":
-                key = (100, slice(30, 60), slice(None))
-                reduce_label, reduce_fn = "mean over all days", (lambda a: a.mean(axis=0))
-                expected_reduced = expected.mean(axis=0)
-            elif name == "image_stack.npy":
-                key = (slice(None), slice(None), 2)
-                reduce_label, reduce_fn = "max projection", (lambda a: a.max(axis=2))
-                expected_reduced = expected.max(axis=2)
-            else:
-                key = slice(1000, 1010)
-                reduce_label, reduce_fn = "mean value", (lambda a: a["value"].mean())
-                expected_reduced = expected["value"].mean()
-
-            part, n, b, s = _measure(
-                sandbox.counter, lambda lazy=lazy, key=key: lazy[key].compute()
-            )
-            same = bool(np.array_equal(part, expected[key]))
-            ok &= same
-            steps.append(
-                Step(
-                    name,
-                    f"slice {_key_text(key)}",
-                    n,
-                    b,
-                    s,
-                    f"{'equals' if same else 'DIFFERS FROM'} numpy.load",
-                )
-            )
-            reduced, n, b, s = _measure(
-                sandbox.counter, lambda lazy=lazy, f=reduce_fn: f(lazy).compute()
-            )
-            same = bool(np.allclose(reduced, expected_reduced))
-            ok &= same
-            steps.append(
-                Step(
-                    name,
-                    reduce_label,
-                    n,
-                    b,
-                    s,
-                    f"{'equals' if same else 'DIFFERS FROM'} numpy; {b / size:.3f}x the file",
-                )
-            )
+            print(f"uploaded {url} ({path.stat().st_size / 2**20:.1f} MiB)", file=out)
+            ok &= _demo_file(sandbox, name, path, url, steps)
         sandbox.close()
     _report(steps, out)
     print("all results equal numpy.load" if ok else "MISMATCH: see above", file=out)
     return ok
+
+
+#: Per sample file: the slice to show and a reduction over the whole array.
+_ACTIONS: dict[str, tuple[Any, str, Callable[[Any], Any]]] = {
+    "temperature.npy": (
+        (100, slice(30, 60), slice(None)),
+        "mean over all days",
+        lambda a: a.mean(axis=0),
+    ),
+    "image_stack.npy": ((slice(None), slice(None), 2), "max projection", lambda a: a.max(axis=2)),
+    "events.npy": (slice(1000, 1010), "mean value", lambda a: a["value"].mean()),
+}
+
+
+def _demo_file(sandbox: Any, name: str, path: Path, url: str, steps: list[Step]) -> bool:
+    """Header, lazy open, a slice and a reduction of one file; returns whether all matched."""
+    opts = sandbox.storage_options
+    size = path.stat().st_size
+    expected = np.load(path)
+    key, reduce_label, reduce_fn = _ACTIONS[name]
+
+    header, n, b, s = _measure(
+        sandbox.counter, functools.partial(npystore.read_header, url, storage_options=opts)
+    )
+    dtype_text = str(header.dtype) if header.dtype.names is None else "structured"
+    order = "F" if header.fortran_order else "C"
+    steps.append(Step(name, "read_header", n, b, s, f"{dtype_text} {header.shape}, {order} order"))
+
+    lazy, n, b, s = _measure(
+        sandbox.counter, functools.partial(npystore.open_npy, url, storage_options=opts)
+    )
+    steps.append(Step(name, "open_npy (lazy)", n, b, s, f"{lazy.npartitions} chunks"))
+
+    part, n, b, s = _measure(sandbox.counter, lazy[key].compute)
+    same_part = bool(np.array_equal(part, expected[key]))
+    verdict = "equals" if same_part else "DIFFERS FROM"
+    steps.append(Step(name, f"slice {_key_text(key)}", n, b, s, f"{verdict} numpy.load"))
+
+    reduced, n, b, s = _measure(sandbox.counter, reduce_fn(lazy).compute)
+    same_reduced = bool(np.allclose(reduced, reduce_fn(expected)))
+    verdict = "equals" if same_reduced else "DIFFERS FROM"
+    steps.append(Step(name, reduce_label, n, b, s, f"{verdict} numpy; {b / size:.3f}x the file"))
+    return same_part and same_reduced
 
 
 def _key_text(key: Any) -> str:
