@@ -25,6 +25,7 @@ def test_read_header_two_gets_at_most_64k(s3: Any, tmp_path: Path) -> None:
     assert header.shape == (2000, 1000)
     assert m.gets <= 2
     assert m.bytes <= 64 * 1024
+    assert m.bytes == header.data_offset  # the header, not one byte of data
     assert m.heads <= 1
     assert m.requests == m.gets + m.heads
 
@@ -50,10 +51,9 @@ def test_open_npy_moves_no_data_and_slices_move_only_their_chunks(s3: Any, tmp_p
     offset = npystore.read_header(url, storage_options=opts).data_offset
     assert m.gets == 1
     assert m.heads <= 1
-    # the one GET is the header prefix: at most 1 KiB, and nothing of the data was asked for
-    # beyond that prefix
-    assert m.bytes <= 1024
-    assert all(end is not None and end < 1024 for _, end in m.ranges)
+    # the one GET is exactly the header: no byte of the data was asked for or moved
+    assert m.bytes == offset
+    assert all(end is not None and end < offset for _, end in m.ranges)
 
     chunk_bytes = 250 * 1000 * 8
     with s3.counter.measure() as m:

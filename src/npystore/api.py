@@ -24,9 +24,11 @@ if TYPE_CHECKING:
 
 __all__ = ["load", "open", "open_npy", "read_header"]
 
-#: Bytes read by the first request: the preamble and, for all but very large structured
-#: dtypes, the whole header (numpy pads a plain header to 128 bytes).
-PREFIX_SIZE: Final = 1024
+#: Bytes read by the first request. numpy pads headers so that the data starts at a multiple
+#: of 64 bytes; for every non-structured dtype the header ends at byte 128, so this first read
+#: holds exactly the header and no data. Longer headers (structured dtypes) take one more
+#: read of exactly the rest. 128 bytes also hold every magic :func:`sniff` looks for.
+PREFIX_SIZE: Final = 128
 
 StorageOptions = Mapping[str, Any] | None
 
@@ -96,7 +98,7 @@ def read_header(
     """Read the header of an ``.npy`` file without reading its data.
 
     One metadata request (size and identity) and at most two range reads: the first
-    1 KiB, then exactly the rest of the header if it is longer.
+    128 bytes, then exactly the rest of the header if it is longer.
 
     Parameters
     ----------
