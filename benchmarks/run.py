@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="where data files go")
     parser.add_argument("--output", type=Path, default=HERE / "RESULTS.md")
     args = parser.parse_args(argv)
-    repeat = args.repeat or (3 if args.quick else 5)
+    repeat = args.repeat or (3 if args.quick else 7)
     size = (128 if args.quick else 1024) * 2**20
     with tempfile.TemporaryDirectory(prefix="npystore-bench-") as tmp:
         workdir = args.workdir or Path(tmp)
