@@ -189,11 +189,27 @@ def open_npy(
     >>> float(a[1:].sum().compute())
     60.0
     """
+    reader = open_reader(url, storage_options)
+    return _npy_dask(
+        reader,
+        _read_prefix(reader),
+        chunks=chunks,
+        allow_pickle=allow_pickle,
+        max_header_size=max_header_size,
+    )
+
+
+def _npy_dask(
+    reader: RangeReader,
+    prefix: bytes,
+    *,
+    chunks: Any = "auto",
+    allow_pickle: bool = False,
+    max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+) -> da.Array:
     from npystore.faces.dask import to_dask  # noqa: PLC0415 - dask loads on first use
 
-    reader = open_reader(url, storage_options)
-    array = _open_layout_array(reader, _read_prefix(reader), allow_pickle, max_header_size)
-    return to_dask(array, chunks)
+    return to_dask(_open_layout_array(reader, prefix, allow_pickle, max_header_size), chunks)
 
 
 def load(
@@ -292,15 +308,7 @@ def open(
     prefix = _read_prefix(reader)
     kind = sniff(prefix)
     if kind == "npy":
-        from npystore.faces.dask import to_dask  # noqa: PLC0415 - dask loads on first use
-
-        chunks = kwargs.pop("chunks", "auto")
-        allow_pickle = bool(kwargs.pop("allow_pickle", False))
-        max_header_size = int(kwargs.pop("max_header_size", npy.DEFAULT_MAX_HEADER_SIZE))
-        if kwargs:
-            raise TypeError(f"open() got unexpected keyword arguments for .npy: {sorted(kwargs)}")
-        array = _open_layout_array(reader, prefix, allow_pickle, max_header_size)
-        return to_dask(array, chunks)
+        return _npy_dask(reader, prefix, **kwargs)
     if kind in ("npz", "mat"):
         raise UnsupportedError(
             f"{reader.url}: looks like {'a ZIP (.npz)' if kind == 'npz' else 'a MATLAB .mat'} "
