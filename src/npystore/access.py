@@ -18,12 +18,13 @@ from typing import Any, Final
 
 import numpy as np
 
-from npystore.errors import FormatError, UnsupportedError
+from npystore.errors import FormatError
 from npystore.fetch import RangeReader
+from npystore.inflate import inflate_into, inflate_range
 from npystore.layout import (
     ArrayLayout,
+    DeflatedExtent,
     Hyperslab,
-    PickledExtent,
     Piece,
     RawExtent,
     ReadPlan,
@@ -35,6 +36,8 @@ __all__ = ["LayoutArray", "normalize_key", "read_selection"]
 
 #: Pieces fetched per batch (bounds memory and keeps many requests in flight).
 _BATCH: Final = 1024
+#: A gap or span limit that never splits (inflating is sequential anyway).
+_UNBOUNDED: Final = 1 << 62
 
 Key = tuple[Any, ...]
 
@@ -167,6 +170,8 @@ def read_selection(
     numpy.ndarray
         Shape ``count`` per dimension, the layout's dtype and memory order.
     """
+    if isinstance(layout.storage, DeflatedExtent):
+        return _read_deflated(reader, layout, layout.storage, selection)
     plan = plan_reads(layout, selection, max_gap=reader.max_gap, max_span=reader.max_span)
     dtype = layout.dtype
     nbytes = math.prod(plan.shape) * dtype.itemsize
@@ -208,9 +213,47 @@ def _read_batch(
             out[tuple(slice(b, e) for b, e in piece.region)] = view
 
 
+def _read_deflated(
+    reader: RangeReader, layout: ArrayLayout, storage: DeflatedExtent, selection: Hyperslab
+) -> np.ndarray[Any, Any]:
+    """A hyperslab of a deflated member: plan in uncompressed coordinates, inflate one span.
+
+    Inflating is sequential, so the whole selection is read as one uncompressed span (gaps
+    cost inflate time, not requests) from the nearest checkpoint.
+    """
+    virtual = ArrayLayout(
+        layout.dtype, layout.shape, layout.order, RawExtent(storage.data_start, storage.nbytes)
+    )
+    plan = plan_reads(virtual, selection, max_gap=_UNBOUNDED, max_span=_UNBOUNDED)
+    out: np.ndarray[Any, Any] = np.empty(plan.shape, dtype=layout.dtype, order=layout.order)
+    for piece in plan.iter_pieces():
+        data = inflate_range(reader, storage.member, storage.index, piece.start, piece.stop)
+        view: np.ndarray[Any, Any] = np.ndarray(
+            piece.shape, dtype=layout.dtype, buffer=data, strides=plan.strides
+        )
+        out[tuple(slice(b, e) for b, e in piece.region)] = view
+    return out
+
+
+def _read_whole_deflated(
+    reader: RangeReader, layout: ArrayLayout, storage: DeflatedExtent
+) -> np.ndarray[Any, Any]:
+    """The whole member in one sequential pass (CRC checked), viewed without a copy."""
+    buf = bytearray(storage.member.uncompressed_size)
+    inflate_into(reader, storage.member, memoryview(buf))
+    return np.ndarray(
+        layout.shape, dtype=layout.dtype, buffer=buf, offset=storage.data_start, order=layout.order
+    )
+
+
 def _load_pickled(reader: RangeReader, layout: ArrayLayout) -> np.ndarray[Any, Any]:
     storage = layout.storage
-    data = reader.read(storage.offset, storage.offset + storage.nbytes)
+    if isinstance(storage, DeflatedExtent):
+        whole = bytearray(storage.member.uncompressed_size)
+        inflate_into(reader, storage.member, memoryview(whole))
+        data = bytes(whole[storage.data_start :])
+    else:
+        data = reader.read(storage.offset, storage.offset + storage.nbytes)
     try:
         value = pickle.loads(data)
     except Exception as exc:
@@ -286,20 +329,19 @@ class LayoutArray:
 
     def __getitem__(self, key: Any) -> np.ndarray[Any, Any]:
         selection, post = normalize_key(key, self.shape)
-        storage = self.layout.storage
-        if isinstance(storage, PickledExtent):
+        if self.layout.dtype.hasobject:
             whole = _load_pickled(self.reader, self.layout)
             return np.asarray(whole[_as_index(selection)][(*post, Ellipsis)])
-        if not isinstance(storage, RawExtent):
-            raise UnsupportedError(f"{self.reader.url}: cannot read {type(storage).__name__}")
         result = read_selection(self.reader, self.layout, selection)
         return np.asarray(result[(*post, Ellipsis)])
 
     def read(self, *, parallel: bool = True) -> np.ndarray[Any, Any]:
         """Read the whole array into one new array (large local reads use threads)."""
         storage = self.layout.storage
-        if isinstance(storage, PickledExtent):
+        if self.layout.dtype.hasobject:
             return _load_pickled(self.reader, self.layout)
+        if isinstance(storage, DeflatedExtent):
+            return _read_whole_deflated(self.reader, self.layout, storage)
         return read_selection(
             self.reader, self.layout, full_selection(self.shape), parallel=parallel
         )

@@ -15,20 +15,27 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
+from npystore.formats.deflate import DeflateIndex
+
 __all__ = [
     "ArrayLayout",
+    "DeflatedExtent",
+    "DeflatedMember",
     "Hyperslab",
+    "IndexSlot",
     "Order",
     "Piece",
     "PickledExtent",
     "RawExtent",
     "ReadPlan",
+    "Storage",
     "contiguous_chunks",
     "full_selection",
     "plan_reads",
@@ -55,7 +62,92 @@ class PickledExtent:
     nbytes: int
 
 
-Storage = RawExtent | PickledExtent
+@dataclass(frozen=True, slots=True)
+class DeflatedMember:
+    """Where a raw deflate stream is and what it must inflate to.
+
+    Attributes
+    ----------
+    name : str
+        Member name, for messages.
+    offset : int
+        Absolute offset of the compressed data in the object.
+    compressed_size, uncompressed_size : int
+        Sizes from the ZIP directory.
+    crc32 : int
+        CRC-32 of the uncompressed data, from the ZIP directory.
+    """
+
+    name: str
+    offset: int
+    compressed_size: int
+    uncompressed_size: int
+    crc32: int
+
+
+class IndexSlot:
+    """A member's checkpoint index: empty until built, built at most once per process.
+
+    Pickles with its current content (an index built on the client travels with the graph);
+    the lock does not travel.
+    """
+
+    def __init__(self, index: DeflateIndex | None = None) -> None:
+        self._index = index
+        self._lock = threading.Lock()
+
+    def __reduce__(self) -> tuple[Callable[..., IndexSlot], tuple[Any, ...]]:
+        return (IndexSlot, (self._index,))
+
+    def __repr__(self) -> str:
+        state = "empty" if self._index is None else f"{len(self._index.checkpoints)} checkpoints"
+        return f"IndexSlot({state})"
+
+    def get(self) -> DeflateIndex | None:
+        """The index, if built."""
+        return self._index
+
+    def ensure(self, build: Callable[[], DeflateIndex | None]) -> DeflateIndex | None:
+        """Return the index, building it with ``build`` if nobody has yet (one at a time)."""
+        if self._index is not None:
+            return self._index
+        with self._lock:
+            if self._index is None:
+                self._index = build()
+            return self._index
+
+    def set(self, index: DeflateIndex) -> None:
+        """Install an index (built elsewhere or read from a cache)."""
+        self._index = index
+
+
+@dataclass(frozen=True, slots=True)
+class DeflatedExtent:
+    """The array is inside a raw deflate stream (a ``savez_compressed`` member).
+
+    Attributes
+    ----------
+    member : DeflatedMember
+        Where the compressed stream is and what it inflates to.
+    data_start : int
+        Offset of element 0 in the *uncompressed* stream (the end of the npy header).
+    nbytes : int
+        Bytes of array data from ``data_start``.
+    index : IndexSlot
+        The member's checkpoint index, shared by every chunk read (built on first need).
+    """
+
+    member: DeflatedMember
+    data_start: int
+    nbytes: int
+    index: IndexSlot = field(compare=False, hash=False)
+
+    def token(self) -> tuple[object, ...]:
+        """What identifies the bytes (for dask names): everything but the index slot."""
+        return ("deflated", self.member, self.data_start, self.nbytes)
+
+
+Storage = RawExtent | PickledExtent | DeflatedExtent
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from dask.base import tokenize
 from dask.utils import parse_bytes
 
 from npystore.access import LayoutArray
-from npystore.layout import PickledExtent, contiguous_chunks
+from npystore.layout import DeflatedExtent, Storage, contiguous_chunks
 
 __all__ = ["ChunksSpec", "normalize_layout_chunks", "to_dask"]
 
@@ -33,7 +33,7 @@ def normalize_layout_chunks(array: LayoutArray, chunks: ChunksSpec) -> tuple[tup
     every other spec has dask's meaning. Pickled (object) arrays are one chunk.
     """
     layout = array.layout
-    if isinstance(layout.storage, PickledExtent):
+    if layout.dtype.hasobject:  # a pickle: read whole
         return tuple((n,) for n in layout.shape)
     if isinstance(chunks, str) and chunks == "auto":
         target = parse_bytes(dask.config.get("array.chunk-size"))
@@ -42,6 +42,12 @@ def normalize_layout_chunks(array: LayoutArray, chunks: ChunksSpec) -> tuple[tup
         chunks, layout.shape, dtype=layout.dtype
     )
     return normalized
+
+
+def _storage_token(storage: Storage) -> object:
+    if isinstance(storage, DeflatedExtent):
+        return storage.token()
+    return storage
 
 
 def to_dask(array: LayoutArray, chunks: ChunksSpec = "auto", *, prefix: str = "npy") -> da.Array:

@@ -1,0 +1,291 @@
+"""Deflated members through the fetch layer: streaming inflate and checkpoint indexes.
+
+- :func:`inflate_into` inflates a whole member in one sequential pass (ISA-L when
+  installed) straight into a caller's buffer, checking the CRC-32.
+- :func:`inflate_range` returns output ``[start, stop)``: one range read and a short inflate
+  from the nearest checkpoint when the member has an index, else a sequential pass from the
+  start that stops at ``stop``.
+- :func:`build_index` makes the index in one sequential pass with rapidgzip (parallel) or
+  indexed_gzip over a gzip wrapper of the member; without either it returns ``None``.
+
+All bytes are read through :class:`~npystore.fetch.RangeReader`.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from typing import Any, Final
+
+from npystore.errors import FormatError
+from npystore.fetch import RangeReader
+from npystore.formats import deflate
+from npystore.formats.deflate import DeflateIndex
+from npystore.layout import DeflatedMember, IndexSlot
+
+__all__ = [
+    "MemberGzipFile",
+    "build_index",
+    "index_builder_name",
+    "inflate_into",
+    "inflate_range",
+]
+
+#: Compressed bytes fetched per sequential read.
+STREAM_BLOCK: Final = 8 * 2**20
+#: Output spacing asked of index builders.
+INDEX_SPACING: Final = 4 * 2**20
+
+
+class _CompressedBlocks:
+    """A member's compressed bytes in blocks of :data:`STREAM_BLOCK`, fetched two at a time
+    (the one asked for and the next, concurrently); older blocks are dropped."""
+
+    def __init__(self, reader: RangeReader, member: DeflatedMember) -> None:
+        self._reader = reader
+        self._member = member
+        self._blocks: dict[int, bytes] = {}
+        self._lock = threading.Lock()
+        self.count = -(-member.compressed_size // STREAM_BLOCK)
+
+    def get(self, k: int) -> bytes:
+        with self._lock:
+            block = self._blocks.get(k)
+            if block is not None:
+                return block
+            csize = self._member.compressed_size
+            wanted = [j for j in (k, k + 1) if j < self.count and j not in self._blocks]
+            ranges = [
+                (
+                    self._member.offset + j * STREAM_BLOCK,
+                    self._member.offset + min(csize, (j + 1) * STREAM_BLOCK),
+                )
+                for j in wanted
+            ]
+            for j, data in zip(wanted, self._reader.read_many(ranges), strict=True):
+                self._blocks[j] = data
+            for old in [j for j in self._blocks if j < k - 1]:
+                del self._blocks[old]
+            return self._blocks[k]
+
+
+class MemberGzipFile(io.RawIOBase):
+    """A seekable, read-only gzip view of a raw deflate member, read through a reader.
+
+    The bytes are a 10-byte gzip header, the member's compressed data (fetched in blocks of
+    :data:`STREAM_BLOCK`, the next block prefetched concurrently) and the 8-byte trailer
+    built from the ZIP directory's CRC-32 and size. ``fileno()`` is not supported, so
+    index builders read through this object and never open the file themselves.
+    """
+
+    def __init__(self, reader: RangeReader, member: DeflatedMember) -> None:
+        super().__init__()
+        self._reader = reader
+        self._member = member
+        self._head = deflate.GZIP_HEADER
+        self._tail = deflate.gzip_trailer(member.crc32, member.uncompressed_size)
+        self._size = len(self._head) + member.compressed_size + len(self._tail)
+        self._pos = 0
+        self._blocks = _CompressedBlocks(reader, member)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = 0
+        head, tail = self._head, self._tail
+        body_end = len(head) + self._member.compressed_size
+        while n < view.nbytes and self._pos < self._size:
+            pos = self._pos
+            if pos < len(head):
+                chunk: bytes | memoryview = head[pos:]
+            elif pos < body_end:
+                rel = pos - len(head)
+                k, within = divmod(rel, STREAM_BLOCK)
+                chunk = memoryview(self._blocks.get(k))[within:]
+            else:
+                chunk = tail[pos - body_end :]
+            take = min(len(chunk), view.nbytes - n)
+            view[n : n + take] = chunk[:take]
+            n += take
+            self._pos += take
+        return n
+
+
+def index_builder_name() -> str | None:
+    """``"rapidgzip"``, ``"indexed_gzip"`` or ``None`` (no index builder installed)."""
+    try:
+        import rapidgzip  # noqa: F401, PLC0415
+    except ImportError:
+        pass
+    else:
+        return "rapidgzip"
+    try:
+        import indexed_gzip  # noqa: F401, PLC0415
+    except ImportError:
+        return None
+    return "indexed_gzip"
+
+
+def build_index(
+    reader: RangeReader, member: DeflatedMember, *, parallelization: int = 0
+) -> DeflateIndex | None:
+    """Index a deflated member in one sequential pass, checking its CRC-32.
+
+    Parameters
+    ----------
+    reader : RangeReader
+        Reader of the archive.
+    member : DeflatedMember
+        The member.
+    parallelization : int
+        Threads for rapidgzip (0: one per core).
+
+    Returns
+    -------
+    DeflateIndex or None
+        ``None`` when neither rapidgzip nor indexed_gzip is installed.
+    """
+    builder = index_builder_name()
+    if builder is None:
+        return None
+    source = f"{reader.url}:{member.name}"
+    gz = MemberGzipFile(reader, member)
+    exported = io.BytesIO()
+    crc = 0
+    total = 0
+    buf = bytearray(STREAM_BLOCK)
+    view = memoryview(buf)
+    if builder == "rapidgzip":
+        import os  # noqa: PLC0415
+
+        import rapidgzip  # noqa: PLC0415
+
+        threads = parallelization or (os.cpu_count() or 1)
+        with rapidgzip.RapidgzipFile(gz, parallelization=threads) as f:
+            while n := f.readinto(view):
+                crc = deflate.crc32(view[:n], crc)
+                total += n
+            f.export_index(exported, rapidgzip.IndexFormat.INDEXED_GZIP)
+    else:
+        import indexed_gzip  # noqa: PLC0415
+
+        with indexed_gzip.IndexedGzipFile(
+            fileobj=gz, spacing=INDEX_SPACING, drop_handles=False
+        ) as f:
+            while n := f.readinto(view):
+                crc = deflate.crc32(view[:n], crc)
+                total += n
+            f.export_index(fileobj=exported)
+    _check_full_pass(source, member, total, crc)
+    return deflate.parse_gzidx(
+        exported.getvalue(),
+        header_size=len(deflate.GZIP_HEADER),
+        compressed_size=member.compressed_size,
+        source=source,
+    )
+
+
+def _check_full_pass(source: str, member: DeflatedMember, total: int, crc: int) -> None:
+    if total != member.uncompressed_size:
+        raise FormatError(
+            f"{source}: inflated to {total} bytes, the ZIP directory says "
+            f"{member.uncompressed_size}"
+        )
+    if crc != member.crc32:
+        raise FormatError(
+            f"{source}: CRC-32 of the inflated data is {crc:08x}, the ZIP directory says "
+            f"{member.crc32:08x}"
+        )
+
+
+#: Most output produced by one decompress call (bounds memory on highly compressible data).
+_OUTPUT_CAP: Final = 64 * 2**20
+
+
+def _stream(reader: RangeReader, member: DeflatedMember, out: memoryview, skip: int) -> int | None:
+    """Inflate from the start; write output bytes ``[skip, skip + len(out))`` into ``out``.
+
+    Returns the CRC-32 of the whole output when ``out`` reaches the member's end (the whole
+    stream was consumed and checked against the declared size), else ``None``.
+    """
+    source = f"{reader.url}:{member.name}"
+    size = member.uncompressed_size
+    want = skip + out.nbytes
+    whole = want == size
+    d = deflate.raw_decompressobj()
+    blocks = _CompressedBlocks(reader, member)
+    produced = 0
+    crc = 0
+    for k in range(blocks.count):
+        data: bytes = blocks.get(k)
+        while data:
+            # one byte more than the declared size reveals a stream that inflates to more
+            limit = min(_OUTPUT_CAP, (size if whole else want) - produced + 1)
+            try:
+                chunk = d.decompress(data, limit)
+            except deflate.INFLATE_ERRORS as exc:
+                raise FormatError(f"{source}: corrupt deflate data: {exc}") from None
+            data = d.unconsumed_tail
+            if produced + len(chunk) > size:
+                raise FormatError(
+                    f"{source}: inflates to more than the {size} bytes the ZIP directory says"
+                )
+            lo, hi = max(produced, skip), min(produced + len(chunk), want)
+            if hi > lo:
+                out[lo - skip : hi - skip] = memoryview(chunk)[lo - produced : hi - produced]
+            if whole:
+                crc = deflate.crc32(chunk, crc)
+            produced += len(chunk)
+            if not whole and produced >= want:
+                return None
+            if not chunk:
+                break
+    if produced < want:
+        raise FormatError(f"{source}: deflate stream ended after {produced} bytes, expected {want}")
+    return crc
+
+
+def inflate_into(reader: RangeReader, member: DeflatedMember, out: memoryview) -> None:
+    """Inflate the whole member into ``out`` (its uncompressed size) and check its CRC-32."""
+    if out.nbytes != member.uncompressed_size:
+        raise ValueError(f"buffer of {out.nbytes} bytes for {member.uncompressed_size}")
+    crc = _stream(reader, member, out, 0)
+    _check_full_pass(f"{reader.url}:{member.name}", member, member.uncompressed_size, crc or 0)
+
+
+def inflate_range(
+    reader: RangeReader, member: DeflatedMember, slot: IndexSlot, start: int, stop: int
+) -> bytes:
+    """Uncompressed bytes ``[start, stop)`` of a member.
+
+    Uses the member's index, building it first (once per process) if an index builder is
+    installed; without one, inflates sequentially from the start up to ``stop``.
+    """
+    if not 0 <= start <= stop <= member.uncompressed_size:
+        raise ValueError(f"range [{start}, {stop}) outside {member.uncompressed_size} bytes")
+    if start == stop:
+        return b""
+    index = slot.ensure(lambda: build_index(reader, member))
+    source = f"{reader.url}:{member.name}"
+    if index is None:
+        buf = bytearray(stop - start)
+        _stream(reader, member, memoryview(buf), start)
+        return bytes(buf)
+    checkpoint, byte_start, byte_stop = index.locate(start, stop)
+    compressed = reader.read(member.offset + byte_start, member.offset + byte_stop)
+    return deflate.inflate_from(
+        checkpoint, compressed, start - checkpoint.out_offset, stop - start, source=source
+    )
