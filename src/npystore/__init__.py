@@ -18,6 +18,7 @@ from npystore.errors import (
     UnsupportedError,
 )
 from npystore.formats.npy import NpyHeader
+from npystore.npz import NpzFile, open_npz
 
 __version__ = "0.1.0"
 
@@ -26,12 +27,14 @@ __all__ = [
     "FetchError",
     "FormatError",
     "NpyHeader",
+    "NpzFile",
     "NpystoreError",
     "UnsupportedError",
     "__version__",
     "load",
     "open",
     "open_npy",
+    "open_npz",
     "read_header",
     "sniff",
 ]

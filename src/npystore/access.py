@@ -281,11 +281,16 @@ class LayoutArray:
         Reader of the object.
     layout : ArrayLayout
         Where the array's elements are.
+    source : str, optional
+        Name for messages (the URL, or ``url:member`` inside an archive).
     """
 
-    def __init__(self, reader: RangeReader, layout: ArrayLayout) -> None:
+    def __init__(
+        self, reader: RangeReader, layout: ArrayLayout, *, source: str | None = None
+    ) -> None:
         self.reader = reader
         self.layout = layout
+        self.source = source or reader.url
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -319,7 +324,7 @@ class LayoutArray:
 
     def __repr__(self) -> str:
         return (
-            f"LayoutArray({self.reader.url!r}, shape={self.shape}, dtype={self.dtype}, "
+            f"LayoutArray({self.source!r}, shape={self.shape}, dtype={self.dtype}, "
             f"order={self.layout.order!r})"
         )
 

@@ -294,8 +294,9 @@ def open(
 
     Returns
     -------
-    dask.array.Array
-        For an ``.npy`` file (other formats as they are supported).
+    dask.array.Array or NpzFile
+        A dask array for an ``.npy`` file; an :class:`~npystore.npz.NpzFile` mapping for a
+        ZIP archive (``.npz``).
 
     Raises
     ------
@@ -309,10 +310,14 @@ def open(
     kind = sniff(prefix)
     if kind == "npy":
         return _npy_dask(reader, prefix, **kwargs)
-    if kind in ("npz", "mat"):
+    if kind == "npz":
+        from npystore.npz import _npz_from_reader  # noqa: PLC0415
+
+        return _npz_from_reader(reader, **kwargs)
+    if kind == "mat":
         raise UnsupportedError(
-            f"{reader.url}: looks like {'a ZIP (.npz)' if kind == 'npz' else 'a MATLAB .mat'} "
-            "file, which this version of npystore cannot open yet"
+            f"{reader.url}: looks like a MATLAB .mat file, which this version of npystore "
+            "cannot open yet"
         )
     raise FormatError(
         f"{reader.url}: unknown format: the first bytes are {builtins.bytes(prefix[:8])!r}, "

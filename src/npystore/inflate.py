@@ -174,22 +174,29 @@ def build_index(
         import rapidgzip  # noqa: PLC0415
 
         threads = parallelization or (os.cpu_count() or 1)
-        with rapidgzip.RapidgzipFile(gz, parallelization=threads) as f:
-            while n := f.readinto(view):
-                crc = deflate.crc32(view[:n], crc)
-                total += n
-            f.export_index(exported, rapidgzip.IndexFormat.INDEXED_GZIP)
+        try:
+            with rapidgzip.RapidgzipFile(gz, parallelization=threads) as f:
+                while n := f.readinto(view):
+                    crc = deflate.crc32(view[:n], crc)
+                    total += n
+                f.export_index(exported, rapidgzip.IndexFormat.INDEXED_GZIP)
+        except (ValueError, RuntimeError, OSError) as exc:
+            # rapidgzip reports corrupt streams and CRC mismatches as ValueError
+            raise FormatError(f"{source}: the deflate stream is corrupt: {exc}") from None
+        _check_full_pass(source, member, total, crc)
     else:
         import indexed_gzip  # noqa: PLC0415
 
-        with indexed_gzip.IndexedGzipFile(
-            fileobj=gz, spacing=INDEX_SPACING, drop_handles=False
-        ) as f:
-            while n := f.readinto(view):
-                crc = deflate.crc32(view[:n], crc)
-                total += n
-            f.export_index(fileobj=exported)
-    _check_full_pass(source, member, total, crc)
+        try:
+            with indexed_gzip.IndexedGzipFile(
+                fileobj=gz, spacing=INDEX_SPACING, drop_handles=False
+            ) as f:
+                # one pass; zran checks the trailer's CRC-32 and size
+                f.build_full_index()
+                f.export_index(fileobj=exported)
+        except (indexed_gzip.ZranError, ValueError, OSError) as exc:
+            raise FormatError(f"{source}: the deflate stream is corrupt: {exc}") from None
+
     return deflate.parse_gzidx(
         exported.getvalue(),
         header_size=len(deflate.GZIP_HEADER),

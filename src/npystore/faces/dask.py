@@ -23,6 +23,8 @@ from npystore.layout import DeflatedExtent, Storage, contiguous_chunks
 __all__ = ["ChunksSpec", "normalize_layout_chunks", "to_dask"]
 
 ChunksSpec = Any  # whatever dask accepts: "auto", int, tuple, dict, -1, None
+#: Largest "auto" chunk of a deflated member.
+DEFLATED_CHUNK_TARGET = 32 * 2**20
 
 
 def normalize_layout_chunks(array: LayoutArray, chunks: ChunksSpec) -> tuple[tuple[int, ...], ...]:
@@ -37,6 +39,9 @@ def normalize_layout_chunks(array: LayoutArray, chunks: ChunksSpec) -> tuple[tup
         return tuple((n,) for n in layout.shape)
     if isinstance(chunks, str) and chunks == "auto":
         target = parse_bytes(dask.config.get("array.chunk-size"))
+        if isinstance(layout.storage, DeflatedExtent):
+            # each chunk inflates into a temporary buffer: keep memory per task bounded
+            target = min(target, DEFLATED_CHUNK_TARGET)
         return contiguous_chunks(layout.shape, layout.dtype.itemsize, layout.order, target)
     normalized: tuple[tuple[int, ...], ...] = da.core.normalize_chunks(  # type: ignore[no-untyped-call]
         chunks, layout.shape, dtype=layout.dtype

@@ -1,0 +1,323 @@
+"""ZIP archives (``.npz``) by range reads: the directory at open, member headers in batches.
+
+Opening reads the archive's tail once (the end record and, usually, the whole central
+directory; one more read when the directory is larger, or the ZIP64 end record lies
+outside the tail). Member headers are resolved lazily and in batches: for every member asked
+for, one range holds its local header and the start of its data (the npy header, or for a
+deflated member enough compressed bytes to inflate it), all fetched concurrently. Archives
+small enough to fit in the tail read need no further request at all.
+
+The local header decides where a member's data starts: ``numpy.savez`` writes a 20-byte ZIP64
+extra field in every local header that the central directory lacks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from npystore.errors import FormatError, UnsupportedError
+from npystore.fetch import RangeReader
+from npystore.formats import deflate, npy, zipdir
+from npystore.layout import (
+    ArrayLayout,
+    DeflatedExtent,
+    DeflatedMember,
+    IndexSlot,
+    Order,
+    PickledExtent,
+    RawExtent,
+)
+
+__all__ = ["MemberInfo", "ZipArchive"]
+
+#: Bytes read beyond a local header's fixed part and name: room for its extra fields.
+_EXTRA_SLACK: Final = 64
+#: Data bytes read with a stored member's local header: a plain npy header is 128 bytes.
+_STORED_PREFIX: Final = 128
+#: Compressed bytes read with a deflated member's local header (its npy header inflates from
+#: the first few hundred bytes).
+_DEFLATED_PREFIX: Final = 1024
+_MAX_ROUNDS: Final = 6
+
+STORED, DEFLATED = 0, 8
+
+
+@dataclass(frozen=True, slots=True)
+class MemberInfo:
+    """What the archive says about one member.
+
+    Attributes
+    ----------
+    key : str
+        The name numpy uses for it (``.npy`` stripped).
+    entry : ZipEntry
+        Its central directory entry.
+    data_offset : int
+        Absolute offset of its (compressed) data, from the local header.
+    header : NpyHeader or None
+        Its npy header; ``None`` for a member that is not an ``.npy`` file.
+    """
+
+    key: str
+    entry: zipdir.ZipEntry
+    data_offset: int
+    header: npy.NpyHeader | None
+
+    @property
+    def compressed(self) -> bool:
+        """Whether the member is deflated."""
+        return self.entry.method == DEFLATED
+
+
+def member_key(name: str) -> str:
+    """The key numpy gives a member: its name without a trailing ``.npy``."""
+    return name[:-4] if name.endswith(".npy") else name
+
+
+class ZipArchive:
+    """The directory of a ZIP archive and its members' headers, read by ranges.
+
+    Parameters
+    ----------
+    reader : RangeReader
+        Reader of the archive.
+    max_header_size : int
+        Largest npy header accepted in a member.
+    """
+
+    def __init__(
+        self, reader: RangeReader, *, max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE
+    ) -> None:
+        self.reader = reader
+        self.url = reader.url
+        self.max_header_size = max_header_size
+        size = reader.size
+        tail_len = zipdir.tail_size(size)
+        self._tail_offset = size - tail_len
+        self._tail = reader.read(self._tail_offset, size)
+        end = zipdir.parse_end_record(self._tail, self._tail_offset, size, source=self.url)
+        if end.zip64_record_offset is not None and end.zip64_record_offset < self._tail_offset:
+            start = end.zip64_record_offset
+            record = reader.read(start, min(size, start + 56 + 4096))
+            end = zipdir.parse_zip64_end_record(record, start, end, size, source=self.url)
+        if end.cd_offset >= self._tail_offset:
+            cd_bytes, cd_start = self._tail, self._tail_offset
+        else:
+            cd_start = end.cd_offset
+            cd_bytes = reader.read(cd_start, end.cd_offset + end.cd_size)
+        self.directory = zipdir.parse_central_directory(
+            cd_bytes, cd_start, end, size, source=self.url
+        )
+        zipdir.check_members(self.directory, source=self.url)
+        self.entries = {e.name: e for e in self.directory.entries}
+        self._infos: dict[str, MemberInfo] = {}
+        self._slots: dict[str, IndexSlot] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"ZipArchive({self.url!r}, members={len(self.entries)})"
+
+    @property
+    def names(self) -> list[str]:
+        """Member names in central directory order."""
+        return [e.name for e in self.directory.entries]
+
+    # -- reading, served from the tail when it holds the range ---------------------------
+
+    def _read_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        out: list[bytes | None] = []
+        fetch: list[tuple[int, int]] = []
+        where: list[int] = []
+        for i, (start, stop) in enumerate(ranges):
+            if start >= self._tail_offset:
+                lo = start - self._tail_offset
+                out.append(self._tail[lo : lo + stop - start])
+            else:
+                out.append(None)
+                fetch.append((start, stop))
+                where.append(i)
+        for i, data in zip(where, self.reader.read_many(fetch), strict=True):
+            out[i] = data
+        return [b if b is not None else b"" for b in out]
+
+    # -- member headers --------------------------------------------------------------------
+
+    def info(self, name: str) -> MemberInfo:
+        """The member's info, resolving its headers if needed."""
+        return self.resolve([name])[name]
+
+    def resolve(self, names: Iterable[str]) -> dict[str, MemberInfo]:
+        """Resolve the headers of several members with batched, concurrent range reads."""
+        wanted = list(dict.fromkeys(names))
+        for name in wanted:
+            if name not in self.entries:
+                raise KeyError(f"{name!r} is not a member of {self.url}")
+        with self._lock:
+            todo = [n for n in wanted if n not in self._infos]
+            if todo:
+                self._resolve(todo)
+            return {n: self._infos[n] for n in wanted}
+
+    def _first_range(self, entry: zipdir.ZipEntry) -> int:
+        name_len = len(entry.name.encode("utf-8" if entry.flags & 0x800 else "cp437", "replace"))
+        prefix = _DEFLATED_PREFIX if entry.method == DEFLATED else _STORED_PREFIX
+        base = zipdir.LOCAL_HEADER_SIZE + name_len + _EXTRA_SLACK
+        return base + min(prefix, entry.compressed_size)
+
+    def _resolve(self, names: list[str]) -> None:
+        size = self.reader.size
+        want = {n: self._first_range(self.entries[n]) for n in names}
+        for _round in range(_MAX_ROUNDS):
+            order = list(want)
+            datas = self._read_many(
+                [
+                    (
+                        self.entries[n].local_header_offset,
+                        min(size, self.entries[n].local_header_offset + want[n]),
+                    )
+                    for n in order
+                ]
+            )
+            again: dict[str, int] = {}
+            for name, data in zip(order, datas, strict=True):
+                needed = self._try_parse(name, data)
+                if needed is not None:
+                    again[name] = needed
+            if not again:
+                return
+            want = again
+        raise FormatError(f"{self.url}: could not read the headers of {sorted(want)}")
+
+    def _try_parse(self, name: str, data: bytes) -> int | None:
+        """Parse local + npy header from ``data``; return bytes needed if it was too short."""
+        entry = self.entries[name]
+        source = f"{self.url}:{name}"
+        try:
+            local = zipdir.parse_local_header(
+                data,
+                entry,
+                self.reader.size,
+                source=self.url,
+                cd_offset=self.directory.end.cd_offset,
+            )
+        except zipdir.NeedMoreBytes as more:
+            return more.needed + min(entry.compressed_size, _DEFLATED_PREFIX)
+        within = local.data_offset - entry.local_header_offset
+        payload = data[within:]
+        if entry.method == STORED:
+            if entry.compressed_size != entry.uncompressed_size:
+                raise FormatError(
+                    f"{source}: stored member with compressed size {entry.compressed_size} "
+                    f"!= uncompressed size {entry.uncompressed_size}"
+                )
+            text = payload[: entry.compressed_size]
+            complete = len(payload) >= entry.compressed_size
+        elif entry.method == DEFLATED:
+            text, complete = _inflate_prefix(payload, entry, source)
+        else:
+            raise UnsupportedError(
+                f"{source}: compression method {entry.method} is not supported "
+                "(expected 0, stored, or 8, deflated)"
+            )
+        more, header = _member_header(text, complete, source, self.max_header_size)
+        if more:
+            grow = max(8 * len(payload), 4096)
+            if entry.method == STORED and len(text) >= npy.PREAMBLE_MAX_LEN:
+                grow = npy.parse_preamble(text, source=source).data_offset
+            return within + min(entry.compressed_size, grow)
+        self._infos[name] = MemberInfo(
+            key=member_key(name),
+            entry=entry,
+            data_offset=local.data_offset,
+            header=header,
+        )
+        return None
+
+    # -- layouts ---------------------------------------------------------------------------
+
+    def layout(self, name: str, *, allow_pickle: bool = False) -> ArrayLayout:
+        """The layout of an ``.npy`` member."""
+        info = self.info(name)
+        header = info.header
+        source = f"{self.url}:{name}"
+        if header is None:
+            raise FormatError(f"{source}: not an .npy member")
+        entry = info.entry
+        member_size = entry.uncompressed_size
+        if header.is_pickled and not allow_pickle:
+            raise UnsupportedError(
+                f"{source}: holds an object array ({header.dtype}), stored as a pickle; "
+                "loading it can execute arbitrary code. Pass allow_pickle=True only if you "
+                "trust the file."
+            )
+        if not header.is_pickled and header.data_offset + header.nbytes > member_size:
+            raise FormatError(
+                f"{source}: the npy header declares {header.nbytes} bytes of data from byte "
+                f"{header.data_offset}, but the member holds {member_size} bytes"
+            )
+        order: Order = "F" if header.fortran_order else "C"
+        nbytes = member_size - header.data_offset if header.is_pickled else header.nbytes
+        if info.compressed:
+            with self._lock:
+                slot = self._slots.setdefault(name, IndexSlot())
+            member = DeflatedMember(
+                name, info.data_offset, entry.compressed_size, member_size, entry.crc32
+            )
+            storage: RawExtent | PickledExtent | DeflatedExtent = DeflatedExtent(
+                member, header.data_offset, nbytes, slot
+            )
+        elif header.is_pickled:
+            storage = PickledExtent(info.data_offset + header.data_offset, nbytes)
+        else:
+            storage = RawExtent(info.data_offset + header.data_offset, nbytes)
+        return ArrayLayout(header.dtype, header.shape, order, storage)
+
+    def index_slot(self, name: str) -> IndexSlot | None:
+        """The index slot of a deflated member (``None`` for stored ones)."""
+        if not self.info(name).compressed:
+            return None
+        with self._lock:
+            return self._slots.setdefault(name, IndexSlot())
+
+
+def _inflate_prefix(payload: bytes, entry: zipdir.ZipEntry, source: str) -> tuple[bytes, bool]:
+    """Inflate what the compressed prefix gives; ``complete`` if it was the whole member."""
+    d = deflate.raw_decompressobj()
+    limit = min(entry.uncompressed_size, npy.DEFAULT_MAX_HEADER_SIZE + npy.PREAMBLE_MAX_LEN)
+    try:
+        out = d.decompress(payload[: entry.compressed_size], max(1, limit))
+    except deflate.INFLATE_ERRORS as exc:
+        raise FormatError(f"{source}: corrupt deflate data at the member's start: {exc}") from None
+    return bytes(out), len(payload) >= entry.compressed_size
+
+
+def _member_header(
+    text: bytes, complete: bool, source: str, max_header_size: int
+) -> tuple[bool, npy.NpyHeader | None]:
+    """``(need_more, header)``: the npy header in ``text`` (None for a non-npy member), or
+    ``need_more`` when ``text`` is too short to tell."""
+    if len(text) < len(npy.MAGIC):
+        return (not complete), None
+    if not npy.is_npy(text):
+        return False, None
+    if len(text) < npy.PREAMBLE_MAX_LEN and not complete:
+        return True, None
+    preamble = npy.parse_preamble(text, source=source)
+    if preamble.header_length > max_header_size:
+        raise FormatError(
+            f"{source}: npy header declares {preamble.header_length} bytes, more than "
+            f"max_header_size={max_header_size}"
+        )
+    if len(text) < preamble.data_offset:
+        if complete:
+            raise FormatError(
+                f"{source}: truncated npy header: the member has {len(text)} bytes, the "
+                f"header ends at byte {preamble.data_offset}"
+            )
+        return True, None
+    return False, npy.parse_header(
+        preamble, text[preamble.header_start : preamble.data_offset], source=source
+    )

@@ -1,0 +1,235 @@
+"""``.npz`` archives as a lazy, read-only mapping of dask arrays: :func:`open_npz`.
+
+:class:`NpzFile` behaves like numpy's ``NpzFile``: keys are member names without ``.npy``, in
+the archive's order (``files``); ``npz["x"]`` and ``npz["x.npy"]`` are the same member. Each
+value is a lazy dask array (a member that is not an ``.npy`` file gives its bytes, as numpy
+does). Headers (dtype, shape, order) are read in one concurrent batch for all members, without
+reading data.
+
+Stored members read like ``.npy`` files: chunks are byte ranges of the archive. Deflated
+members (``savez_compressed``) read through a checkpoint index built in one sequential pass
+on first need (or explicitly with :meth:`NpzFile.build_index`) and kept on the archive
+object; after that every chunk is one range read and a short inflate, and chunks compute in
+parallel.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from npystore.access import LayoutArray
+from npystore.archive import MemberInfo, ZipArchive, member_key
+from npystore.errors import FormatError
+from npystore.fetch import RangeReader, open_reader
+from npystore.formats import npy
+from npystore.inflate import build_index, inflate_into
+from npystore.layout import DeflatedMember
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["NpzFile", "open_npz"]
+
+
+class NpzFile(Mapping[str, Any]):
+    """A read-only mapping of an ``.npz`` archive's members to lazy dask arrays.
+
+    Use :func:`open_npz` (or :func:`npystore.open`) to make one.
+    """
+
+    def __init__(
+        self,
+        archive: ZipArchive,
+        *,
+        chunks: Any = "auto",
+        allow_pickle: bool = False,
+    ) -> None:
+        self.archive = archive
+        self.url = archive.url
+        self._chunks = chunks
+        self._allow_pickle = allow_pickle
+        self._by_key = {member_key(name): name for name in archive.names}
+        self.files: list[str] = list(self._by_key)
+        self._arrays: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    # -- Mapping ---------------------------------------------------------------------------
+
+    def _name(self, key: str) -> str:
+        if key in self._by_key:
+            return self._by_key[key]
+        if key in self.archive.entries:
+            return key
+        raise KeyError(f"{key!r} is not a file in the archive {self.url}")
+
+    def __getitem__(self, key: str) -> Any:
+        name = self._name(key)
+        with self._lock:
+            if name in self._arrays:
+                return self._arrays[name]
+        info = self.archive.info(name)
+        value: Any
+        if info.header is None:
+            value = self._member_bytes(info)
+        else:
+            from npystore.faces.dask import to_dask  # noqa: PLC0415 - dask loads on first use
+
+            value = to_dask(self.array(key), self._chunks, prefix=_dask_prefix(info.key))
+        with self._lock:
+            return self._arrays.setdefault(name, value)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.files)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and (key in self._by_key or key in self.archive.entries)
+
+    def __repr__(self) -> str:
+        return f"NpzFile({self.url!r}, files={self.files!r})"
+
+    def __enter__(self) -> NpzFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Drop cached arrays (nothing is held open; for parity with numpy's NpzFile)."""
+        with self._lock:
+            self._arrays.clear()
+
+    # -- metadata --------------------------------------------------------------------------
+
+    @property
+    def headers(self) -> dict[str, npy.NpyHeader]:
+        """The npy header of every ``.npy`` member (one concurrent batch of range reads).
+
+        ``data_offset`` is relative to the member's uncompressed data.
+        """
+        infos = self.archive.resolve(self.archive.names)
+        return {i.key: i.header for i in infos.values() if i.header is not None}
+
+    def info(self, key: str) -> MemberInfo:
+        """Directory entry, data offset and npy header of one member."""
+        return self.archive.info(self._name(key))
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def array(self, key: str) -> LayoutArray:
+        """The member as a lazy, numpy-indexable :class:`~npystore.access.LayoutArray`."""
+        name = self._name(key)
+        layout = self.archive.layout(name, allow_pickle=self._allow_pickle)
+        return LayoutArray(self.archive.reader, layout, source=f"{self.url}:{name}")
+
+    def load(self, key: str) -> np.ndarray[Any, Any]:
+        """Read one member eagerly: parallel range reads (stored) or one inflate pass with
+        CRC check (deflated), into one buffer."""
+        return self.array(key).read(parallel=True)
+
+    def build_index(self, key: str | None = None) -> None:
+        """Build the checkpoint index of one deflated member, or of all of them, now.
+
+        Each is one sequential pass over the member (CRC-32 checked); afterwards any chunk
+        of it is one range read plus a short inflate. Stored members need no index.
+        """
+        names = [self._name(key)] if key is not None else self.archive.names
+        for name in names:
+            info = self.archive.info(name)
+            slot = self.archive.index_slot(name)
+            if slot is None or info.header is None:
+                continue
+            slot.ensure(functools.partial(build_index, self.archive.reader, _deflated_member(info)))
+
+    def _member_bytes(self, info: MemberInfo) -> bytes:
+        entry = info.entry
+        if info.compressed:
+            buf = bytearray(entry.uncompressed_size)
+            inflate_into(self.archive.reader, _deflated_member(info), memoryview(buf))
+            return bytes(buf)
+        return self.archive.reader.read(info.data_offset, info.data_offset + entry.compressed_size)
+
+
+def _deflated_member(info: MemberInfo) -> DeflatedMember:
+    e = info.entry
+    return DeflatedMember(e.name, info.data_offset, e.compressed_size, e.uncompressed_size, e.crc32)
+
+
+def _dask_prefix(key: str) -> str:
+    clean = "".join(c if c.isalnum() or c in "_-" else "_" for c in key)[:40]
+    return f"npz-{clean}" if clean else "npz"
+
+
+def open_npz(
+    url: str,
+    *,
+    chunks: Any = "auto",
+    storage_options: Mapping[str, Any] | None = None,
+    allow_pickle: bool = False,
+    max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+) -> NpzFile:
+    """Open an ``.npz`` archive as a read-only mapping of lazy dask arrays.
+
+    Opening reads the archive's directory (one tail read, rarely one more); member headers
+    are read on first access, all members in one concurrent batch.
+
+    Parameters
+    ----------
+    url : str
+        Local path or any fsspec URL.
+    chunks : "auto", int, tuple, dict or -1
+        Dask chunk spec for every member. ``"auto"`` makes contiguous chunks of about dask's
+        ``array.chunk-size`` (at most 32 MiB for deflated members, which inflate per chunk).
+    storage_options : mapping, optional
+        Filesystem options, as fsspec's ``storage_options``.
+    allow_pickle : bool
+        Allow object-array members (pickles; unpickling runs code from the file).
+    max_header_size : int
+        Largest npy header accepted in a member.
+
+    Returns
+    -------
+    NpzFile
+        Keys in ``numpy.load(url).files`` order; values lazy dask arrays equal to
+        ``numpy.load(url)[key]``.
+
+    Raises
+    ------
+    FormatError
+        A malformed or hostile archive (truncated, bad signatures, offsets out of bounds,
+        overlapping members, unsafe names, headers declaring more data than a member holds).
+
+    Examples
+    --------
+    >>> import numpy as np, npystore
+    >>> np.savez_compressed("/tmp/doc_npz.npz", a=np.arange(10), b=np.eye(2))
+    >>> z = npystore.open_npz("/tmp/doc_npz.npz")
+    >>> z.files
+    ['a', 'b']
+    >>> int(z["a"][2:5].sum().compute())
+    9
+    """
+    reader = open_reader(url, storage_options)
+    return _npz_from_reader(
+        reader, chunks=chunks, allow_pickle=allow_pickle, max_header_size=max_header_size
+    )
+
+
+def _npz_from_reader(
+    reader: RangeReader,
+    *,
+    chunks: Any = "auto",
+    allow_pickle: bool = False,
+    max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+) -> NpzFile:
+    if reader.size < 22:
+        raise FormatError(f"{reader.url}: {reader.size} bytes is too short for a ZIP archive")
+    archive = ZipArchive(reader, max_header_size=max_header_size)
+    return NpzFile(archive, chunks=chunks, allow_pickle=allow_pickle)

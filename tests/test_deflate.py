@@ -1,0 +1,181 @@
+"""Deflate checkpoint indexes and inflating from them, against zlib as the oracle."""
+
+from __future__ import annotations
+
+import io
+import zlib
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from npystore import FormatError, inflate
+from npystore.fetch import open_reader
+from npystore.formats import deflate
+from npystore.formats.deflate import Checkpoint, DeflateIndex
+from npystore.inflate import build_index, inflate_into, inflate_range
+from npystore.layout import DeflatedMember, IndexSlot
+
+
+def _payload(n: int = 12_000_000, seed: int = 0) -> bytes:
+    rng = np.random.default_rng(seed)
+    walk = np.cumsum(rng.standard_normal(n // 4)).astype("<f4")
+    return walk.tobytes()
+
+
+def _member(tmp_path: Path, data: bytes, level: int = 6) -> tuple[Any, DeflatedMember]:
+    c = zlib.compressobj(level, zlib.DEFLATED, -15)
+    raw = c.compress(data) + c.flush()
+    prefix = b"junk-before-the-member" * 3
+    path = tmp_path / "member.bin"
+    path.write_bytes(prefix + raw + b"trailing")
+    member = DeflatedMember("m.npy", len(prefix), len(raw), len(data), zlib.crc32(data))
+    return open_reader(str(path)), member
+
+
+@pytest.mark.parametrize("builder", ["rapidgzip", "indexed_gzip"])
+def test_index_builders_agree_with_zlib(tmp_path: Path, builder: str) -> None:
+    pytest.importorskip(builder)
+    data = _payload()
+    reader, member = _member(tmp_path, data)
+    with mock.patch.object(inflate, "index_builder_name", return_value=builder):
+        index = build_index(reader, member)
+    assert index is not None
+    assert len(index.checkpoints) >= 2
+    assert index.uncompressed_size == len(data)
+    raw = reader.read(member.offset, member.offset + member.compressed_size)
+    for cp in index.checkpoints:
+        # windows may be sparse (rapidgzip zeroes bytes no back-reference uses): what counts
+        # is that inflating from them gives the data
+        assert len(cp.window) == (0 if cp.out_offset == 0 else deflate.WINDOW_SIZE)
+        got = deflate.inflate_from(cp, raw[cp.bit_offset // 8 :], 0, 5000)
+        assert got == data[cp.out_offset : cp.out_offset + 5000]
+    slot = IndexSlot(index)
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        a = int(rng.integers(0, len(data)))
+        b = int(min(len(data), a + rng.integers(0, 3_000_000)))
+        assert inflate_range(reader, member, slot, a, b) == data[a:b]
+    assert inflate_range(reader, member, slot, len(data) - 10, len(data)) == data[-10:]
+
+
+def test_index_roundtrips_through_bytes(tmp_path: Path) -> None:
+    pytest.importorskip("rapidgzip")
+    data = _payload(4_000_000)
+    reader, member = _member(tmp_path, data)
+    index = build_index(reader, member)
+    assert index is not None
+    again = DeflateIndex.from_bytes(index.to_bytes())
+    assert again == index
+    with pytest.raises(FormatError):
+        DeflateIndex.from_bytes(index.to_bytes()[:-1])
+    with pytest.raises(FormatError):
+        DeflateIndex.from_bytes(b"garbage")
+
+
+def test_slot_builds_once_and_pickles_with_its_index(tmp_path: Path) -> None:
+    import pickle
+
+    data = _payload(2_000_000)
+    reader, member = _member(tmp_path, data)
+    slot = IndexSlot()
+    calls = []
+
+    def counting() -> DeflateIndex | None:
+        calls.append(1)
+        return build_index(reader, member)
+
+    for _ in range(3):
+        slot.ensure(counting)
+    assert len(calls) == 1
+    copy = pickle.loads(pickle.dumps(slot))
+    assert copy.get() == slot.get()
+
+
+def test_without_an_index_builder_ranges_stream_from_the_start(tmp_path: Path) -> None:
+    data = _payload(3_000_000)
+    reader, member = _member(tmp_path, data)
+    slot = IndexSlot()
+    with mock.patch.object(inflate, "index_builder_name", return_value=None):
+        assert (
+            inflate_range(reader, member, slot, 1_000_000, 1_000_100) == data[1_000_000:1_000_100]
+        )
+        assert slot.get() is None
+        assert inflate_range(reader, member, slot, 0, len(data)) == data
+
+
+def test_inflate_into_checks_crc_and_size(tmp_path: Path) -> None:
+    data = _payload(1_000_000)
+    reader, member = _member(tmp_path, data)
+    out = bytearray(len(data))
+    inflate_into(reader, member, memoryview(out))
+    assert bytes(out) == data
+    bad_crc = DeflatedMember(member.name, member.offset, member.compressed_size, len(data), 1234)
+    with pytest.raises(FormatError, match="CRC-32"):
+        inflate_into(reader, bad_crc, memoryview(out))
+    with pytest.raises(FormatError, match=r"CRC"):
+        build_index(reader, bad_crc)
+    # a directory that declares less than the stream inflates to (a zip bomb's lie)
+    short = DeflatedMember(member.name, member.offset, member.compressed_size, len(data) - 1, 0)
+    with pytest.raises(FormatError, match="more than"):
+        inflate_into(reader, short, memoryview(bytearray(len(data) - 1)))
+    long = DeflatedMember(member.name, member.offset, member.compressed_size, len(data) + 5, 0)
+    with pytest.raises(FormatError, match="ended after"):
+        inflate_into(reader, long, memoryview(bytearray(len(data) + 5)))
+
+
+def test_corrupt_stream_is_format_error(tmp_path: Path) -> None:
+    data = _payload(200_000)
+    c = zlib.compressobj(6, zlib.DEFLATED, -15)
+    raw = bytearray(c.compress(data) + c.flush())
+    raw[len(raw) // 2 : len(raw) // 2 + 50] = b"\xff" * 50
+    path = tmp_path / "bad.bin"
+    path.write_bytes(bytes(raw))
+    member = DeflatedMember("m", 0, len(raw), len(data), zlib.crc32(data))
+    with pytest.raises(FormatError, match=r"bad\.bin:m"):
+        inflate_into(open_reader(str(path)), member, memoryview(bytearray(len(data))))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=0, max_size=64), st.integers(0, 7))
+def test_shift_bits_is_a_bit_string_shift(data: bytes, shift: int) -> None:
+    as_int = int.from_bytes(data, "little")
+    expected = (as_int >> shift).to_bytes(len(data), "little") if data else b""
+    assert deflate.shift_bits(data, shift) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_gzidx_parser_rejects_garbage(blob: bytes) -> None:
+    for data in (blob, b"GZIDX\x01\x00" + blob):
+        try:
+            index = deflate.parse_gzidx(data, header_size=10, compressed_size=10**6)
+        except FormatError:
+            continue
+        assert index.checkpoints[0] == Checkpoint(0, 0, b"")
+
+
+def test_index_invariants_are_checked() -> None:
+    with pytest.raises(FormatError, match="start"):
+        DeflateIndex(10, 10, (Checkpoint(8, 0, b""),))
+    with pytest.raises(FormatError, match="increasing"):
+        DeflateIndex(
+            100, 100, (Checkpoint(0, 0, b""), Checkpoint(16, 5, b"x"), Checkpoint(8, 9, b"y"))
+        )
+    with pytest.raises(FormatError, match="beyond"):
+        DeflateIndex(1, 100, (Checkpoint(0, 0, b""), Checkpoint(16, 5, b"x")))
+
+
+def test_member_gzip_file_is_a_valid_gzip_stream(tmp_path: Path) -> None:
+    import gzip
+
+    data = _payload(500_000)
+    reader, member = _member(tmp_path, data)
+    gz = inflate.MemberGzipFile(reader, member)
+    with pytest.raises(io.UnsupportedOperation):
+        gz.fileno()
+    assert gzip.decompress(gz.read()) == data
