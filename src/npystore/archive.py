@@ -203,8 +203,8 @@ class ZipArchive:
                 source=self.url,
                 cd_offset=self.directory.end.cd_offset,
             )
-        except zipdir.NeedMoreBytes as more:
-            return more.needed + min(entry.compressed_size, _DEFLATED_PREFIX)
+        except zipdir.NeedMoreBytes as short:
+            return short.needed + min(entry.compressed_size, _DEFLATED_PREFIX)
         within = local.data_offset - entry.local_header_offset
         payload = data[within:]
         if entry.method == STORED:
@@ -222,8 +222,8 @@ class ZipArchive:
                 f"{source}: compression method {entry.method} is not supported "
                 "(expected 0, stored, or 8, deflated)"
             )
-        more, header = _member_header(text, complete, source, self.max_header_size)
-        if more:
+        need_more, header = _member_header(text, complete, source, self.max_header_size)
+        if need_more:
             grow = max(8 * len(payload), 4096)
             if entry.method == STORED and len(text) >= npy.PREAMBLE_MAX_LEN:
                 grow = npy.parse_preamble(text, source=source).data_offset
