@@ -5,19 +5,27 @@ for a regression check in well under two minutes. Results go to ``benchmarks/RES
 (``--output`` to change) and to stdout.
 
 Every timing is the median of ``--repeat`` runs (min and max reported too), taken in the
-same process right after the anchor's, with the page cache warm for local files.
+same process right after the anchor's, with the page cache warm for local files. Peak-RSS
+rows run each side in a fresh subprocess (``_rss_probe.py``), alternating the same way.
+
+``--only NAME[,NAME]`` reruns some scenarios: ``npy-load``, ``npy-dask`` (local ``.npy``),
+``npz-load``, ``npz-slice``, ``npz-rss`` (a ``savez_compressed``-style deflated member).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,13 +42,18 @@ HERE = Path(__file__).resolve().parent
 class Timing:
     label: str
     seconds: list[float]
+    #: What the values are: ``"s"`` (seconds, the default) or e.g. ``"MB"`` (peak RSS).
+    unit: str = "s"
 
     @property
     def median(self) -> float:
         return statistics.median(self.seconds)
 
     def cell(self) -> str:
-        return f"{self.median:.3f} ({min(self.seconds):.3f}..{max(self.seconds):.3f})"
+        if self.unit == "s":
+            return f"{self.median:.3f} ({min(self.seconds):.3f}..{max(self.seconds):.3f})"
+        lo, hi = min(self.seconds), max(self.seconds)
+        return f"{self.median:.0f} ({lo:.0f}..{hi:.0f}) {self.unit}"
 
 
 @dataclass
@@ -50,6 +63,8 @@ class Row:
     anchor: Timing
     target: float | None
     note: str = ""
+    #: A target on npystore's own median, in ``ours.unit`` (used instead of ``target``).
+    absolute_target: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -57,9 +72,16 @@ class Row:
 
     @property
     def verdict(self) -> str:
+        if self.absolute_target is not None:
+            return "PASS" if self.ours.median <= self.absolute_target else "FAIL"
         if self.target is None:
             return "-"
         return "PASS" if self.ratio <= self.target else "FAIL"
+
+    def target_cell(self) -> str:
+        if self.absolute_target is not None:
+            return f"<= {self.absolute_target:g} {self.ours.unit} (absolute)"
+        return f"<= {self.target}" if self.target is not None else "-"
 
 
 def _time(fn: Callable[[], Any], repeat: int) -> list[float]:
@@ -142,6 +164,208 @@ def bench_local_dask_compute(workdir: Path, size: int, repeat: int) -> Row:
     )
 
 
+# -- .npz: one deflated member -----------------------------------------------------------
+
+#: zlib level of the generated archives: numpy.savez_compressed's (zipfile's default, 6).
+NPZ_LEVEL = 6
+NPZ_MEMBER = "x"
+#: Elements generated (and compressed) per block.
+_GEN_BLOCK = 4 * 2**20
+
+
+def _write_npz(path: Path, nbytes: int) -> dict[str, Any]:
+    """A ``savez_compressed``-style archive with one float64 member of ``nbytes`` bytes.
+
+    The data is a random walk of float32 normal steps, stored as float64 (compresses about
+    2.3x). Written block by block through ``zipfile`` as numpy does (deflate level 6, ZIP64
+    local headers), so it never needs the whole array in memory. A sidecar ``.json`` holds
+    the parameters, the archive's size and the data's sum; a matching pair is reused.
+    """
+    meta_path = path.with_suffix(".json")
+    n = nbytes // 8
+    if path.exists() and meta_path.exists():
+        meta: dict[str, Any] = json.loads(meta_path.read_text())
+        if (meta.get("n"), meta.get("level"), meta.get("file_size")) == (
+            n,
+            NPZ_LEVEL,
+            path.stat().st_size,
+        ):
+            return meta
+    print(
+        f"writing {path} ({nbytes / 2**20:.0f} MiB member, zlib level {NPZ_LEVEL})...", flush=True
+    )
+    t0 = time.perf_counter()
+    header = np.lib.format.header_data_from_array_1_0(np.empty(0, dtype="<f8"))
+    header["shape"] = (n,)
+    rng = np.random.default_rng(1)
+    last = np.float32(0)
+    sums: list[float] = []
+    abs_sums: list[float] = []
+    tmp = path.with_name(path.name + ".partial")
+    with (
+        zipfile.ZipFile(
+            tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=NPZ_LEVEL, allowZip64=True
+        ) as zf,
+        zf.open(NPZ_MEMBER + ".npy", "w", force_zip64=True) as f,
+    ):
+        np.lib.format.write_array_header_1_0(f, header)
+        for i in range(0, n, _GEN_BLOCK):
+            steps = rng.standard_normal(min(_GEN_BLOCK, n - i), dtype=np.float32)
+            steps[0] += last
+            walk = np.cumsum(steps, dtype=np.float32)
+            last = walk[-1]
+            block = walk.astype("<f8")
+            sums.append(float(block.sum()))
+            abs_sums.append(float(np.abs(block).sum()))
+            f.write(block.data)
+    tmp.replace(path)
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(NPZ_MEMBER + ".npy")
+    meta = {
+        "n": n,
+        "level": NPZ_LEVEL,
+        "file_size": path.stat().st_size,
+        "member_size": info.file_size,
+        "compressed_size": info.compress_size,
+        "sum": math.fsum(sums),
+        "abs_sum": math.fsum(abs_sums),
+        "seconds_to_write": round(time.perf_counter() - t0, 1),
+    }
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+def _npz_archive(workdir: Path, size: int) -> tuple[Path, dict[str, Any]]:
+    path = workdir / f"deflated-{size >> 20}MiB.npz"
+    return path, _write_npz(path, size)
+
+
+def _numpy_member(path: Path, key: slice | None = None) -> np.ndarray[Any, Any]:
+    with np.load(path) as z:
+        arr = z[NPZ_MEMBER]
+    return arr if key is None else arr[key]
+
+
+def _describe(meta: dict[str, Any]) -> str:
+    ratio = meta["member_size"] / meta["compressed_size"]
+    return (
+        f"member {meta['member_size'] / 2**20:.0f} MiB, deflated {ratio:.2f}x "
+        f"(zlib level {meta['level']})"
+    )
+
+
+def bench_npz_full_read(workdir: Path, size: int, repeat: int) -> Row:
+    path, meta = _npz_archive(workdir, size)
+    _warm(path)
+    expected = _numpy_member(path)
+    got = npystore.open_npz(str(path)).load(NPZ_MEMBER)
+    if not np.array_equal(expected, got):
+        raise SystemExit("NpzFile.load disagrees with numpy.load")
+    del expected, got
+    ours, anchor = _interleaved(
+        lambda: npystore.open_npz(str(path)).load(NPZ_MEMBER),
+        lambda: _numpy_member(path),
+        repeat,
+    )
+    mib = meta["member_size"] / 2**20
+    return Row(
+        scenario=f"deflated member full read, {mib:.0f} MiB: open_npz(p).load vs numpy.load",
+        ours=Timing('open_npz(p).load("x")', ours),
+        anchor=Timing('numpy.load(p)["x"]', anchor),
+        target=0.7,
+        note=f"{_describe(meta)}; a fresh NpzFile per run (no index reused)",
+    )
+
+
+def bench_npz_slice(workdir: Path, size: int, repeat: int) -> Row:
+    path, meta = _npz_archive(workdir, size)
+    _warm(path)
+    n = meta["n"]
+    stop = n - n // 1000
+    start = stop - n // 500  # 0.2% of the elements, ending 0.1% before the member's end
+    z = npystore.open_npz(str(path))
+    t0 = time.perf_counter()
+    z.build_index(NPZ_MEMBER)
+    build = time.perf_counter() - t0
+    slot = z.archive.index_slot(NPZ_MEMBER + ".npy")
+    index = slot.get() if slot is not None else None
+    points = len(index.checkpoints) if index is not None else 0
+    key = slice(start, stop)
+    if not np.array_equal(_numpy_member(path, key), z[NPZ_MEMBER][key].compute()):
+        raise SystemExit("open_npz(...)[a:b].compute() disagrees with numpy.load(...)[a:b]")
+
+    def ours_slice() -> np.ndarray[Any, Any]:  # dask array, slice and compute, each run
+        return z[NPZ_MEMBER][key].compute()
+
+    ours, anchor = _interleaved(ours_slice, lambda: _numpy_member(path, key), repeat)
+    mib = meta["member_size"] / 2**20
+    return Row(
+        scenario=(
+            f"deflated member 0.2% slice after indexing, {mib:.0f} MiB: "
+            "open_npz(p)[a:b].compute() vs numpy.load(p)[a:b]"
+        ),
+        ours=Timing('z["x"][a:b].compute()', ours),
+        anchor=Timing('numpy.load(p)["x"][a:b]', anchor),
+        target=0.05,
+        note=(
+            f"{_describe(meta)}; [{start}:{stop}] of {n} elements "
+            f"({(stop - start) * 8 / 2**20:.2f} MiB); index built once before timing: "
+            f"{build:.3f} s, {points} checkpoints"
+        ),
+    )
+
+
+def _probe(mode: str, path: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """Run ``_rss_probe.py`` in a fresh interpreter and check the sum it reports."""
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "_rss_probe.py"), mode, str(path), NPZ_MEMBER],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"_rss_probe.py {mode} failed:\n{proc.stderr}")
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    # summation order differs (numpy: pairwise over the whole; dask: per chunk, then a tree)
+    if not math.isclose(out["sum"], meta["sum"], rel_tol=0, abs_tol=1e-9 * meta["abs_sum"]):
+        raise SystemExit(f"{mode}: sum {out['sum']!r}, expected {meta['sum']!r}")
+    return out
+
+
+def bench_npz_dask_sum_rss(workdir: Path, size: int, repeat: int) -> Row:
+    path, meta = _npz_archive(workdir, size)
+    _warm(path)
+    ours: list[dict[str, Any]] = []
+    anchor: list[dict[str, Any]] = []
+    for _ in range(repeat):  # alternate, as _interleaved does
+        anchor.append(_probe("numpy", path, meta))
+        ours.append(_probe("npystore", path, meta))
+
+    def med(runs: list[dict[str, Any]], field: str) -> float:
+        return statistics.median(r[field] for r in runs)
+
+    def times(runs: list[dict[str, Any]]) -> str:
+        return Timing("", [r["seconds"] for r in runs]).cell()
+
+    mib = meta["member_size"] / 2**20
+    return Row(
+        scenario=(
+            f"peak RSS of a dask sum over a {mib:.0f} MiB deflated member: "
+            'open_npz(p)["x"].sum().compute() vs numpy.load(p)["x"].sum()'
+        ),
+        ours=Timing("peak RSS MB", [r["peak_mb"] for r in ours], unit="MB"),
+        anchor=Timing("peak RSS MB", [r["peak_mb"] for r in anchor], unit="MB"),
+        target=None,
+        absolute_target=400,
+        note=(
+            f"{_describe(meta)}; fresh process each, no index beforehand (the first chunk "
+            f"task builds it); RSS after imports {med(ours, 'baseline_mb'):.0f} MB "
+            f"(npystore+dask) / {med(anchor, 'baseline_mb'):.0f} MB (numpy); time "
+            f"{times(ours)} s vs {times(anchor)} s; sums match"
+        ),
+    )
+
+
 def _machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -177,17 +401,31 @@ def render(rows: list[Row], quick: bool) -> str:
         f"- Machine: {_machine()}",
         f"- Versions: {_versions()}",
         "- Times in seconds: median (min..max); ratio = npystore / anchor, lower is better.",
+        *(
+            ["- Cells in MB are peak RSS (MiB) of a fresh process; their target is absolute."]
+            if any(r.absolute_target is not None for r in rows)
+            else []
+        ),
         "",
         "| scenario | npystore | anchor | ratio | target | verdict | note |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        target = f"<= {r.target}" if r.target is not None else "-"
         lines.append(
             f"| {r.scenario} | {r.ours.label}: {r.ours.cell()} | {r.anchor.label}: "
-            f"{r.anchor.cell()} | {r.ratio:.2f} | {target} | {r.verdict} | {r.note} |"
+            f"{r.anchor.cell()} | {r.ratio:.2f} | {r.target_cell()} | {r.verdict} | {r.note} |"
         )
     return "\n".join(lines) + "\n"
+
+
+#: name -> (benchmark, size in MiB of the full run, size in MiB with --quick)
+SCENARIOS: dict[str, tuple[Callable[[Path, int, int], Row], int, int]] = {
+    "npy-load": (bench_local_full_read, 1024, 128),
+    "npy-dask": (bench_local_dask_compute, 1024, 128),
+    "npz-load": (bench_npz_full_read, 512, 64),
+    "npz-slice": (bench_npz_slice, 512, 64),
+    "npz-rss": (bench_npz_dask_sum_rss, 1024, 128),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,16 +434,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=None, help="runs per timing (>= 3)")
     parser.add_argument("--workdir", type=Path, default=None, help="where data files go")
     parser.add_argument("--output", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument(
+        "--only",
+        default=None,
+        metavar="NAME[,NAME]",
+        help=f"run only these scenarios (of {', '.join(SCENARIOS)})",
+    )
     args = parser.parse_args(argv)
     repeat = args.repeat or (3 if args.quick else 7)
-    size = (128 if args.quick else 1024) * 2**20
+    if repeat < 3:
+        parser.error("--repeat must be >= 3 (rows report the median)")
+    names = list(SCENARIOS)
+    if args.only:
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = [n for n in names if n not in SCENARIOS]
+        if unknown or not names:
+            parser.error(f"--only: unknown scenario(s) {unknown}; choose from {list(SCENARIOS)}")
     with tempfile.TemporaryDirectory(prefix="npystore-bench-") as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         rows = []
-        for bench in (bench_local_full_read, bench_local_dask_compute):
-            row = bench(workdir, size, repeat)
-            print(f"{row.scenario}: ratio {row.ratio:.2f} ({row.verdict})", flush=True)
+        for name in names:
+            bench, full_mib, quick_mib = SCENARIOS[name]
+            row = bench(workdir, (quick_mib if args.quick else full_mib) * 2**20, repeat)
+            print(f"[{name}] {row.scenario}: ratio {row.ratio:.2f} ({row.verdict})", flush=True)
             rows.append(row)
     text = render(rows, args.quick)
     args.output.write_text(text)

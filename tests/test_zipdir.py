@@ -785,7 +785,7 @@ def test_split_archives_and_limits_are_unsupported() -> None:
     with pytest.raises(UnsupportedError, match="several disks"):
         run_all(patched(data, eocd_at(data) + 4, "<H", 1))
     z64 = zip64_bytes()
-    with pytest.raises(UnsupportedError, match="several disks"):
+    with pytest.raises(UnsupportedError, match=r"split archive \(2 disks"):
         run_all(patched(z64, z64.rindex(b"PK\x06\x07") + 16, "<I", 2))
     with pytest.raises(UnsupportedError, match="several disks"):
         run_all(patched(z64, z64.rindex(b"PK\x06\x06") + 16, "<I", 3))
@@ -816,13 +816,14 @@ def test_messages_name_the_source() -> None:
 @st.composite
 def mutated_archives(draw: st.DrawFn) -> bytes:
     data = bytearray(draw(st.sampled_from(small_archives())))
-    for _ in range(draw(st.integers(1, 6))):
+    for _ in range(draw(st.integers(1, 4))):
         if not data:
             break
         size = len(data)
         # mostly the tail: end records and central directory
         pos = draw(st.integers(0, size - 1) | st.integers(max(0, size - 300), size - 1))
-        kind = draw(st.sampled_from(["flip", "byte", "sentinel", "truncate", "insert", "delete"]))
+        kinds = ["flip"] * 3 + ["byte"] * 2 + ["sentinel"] * 2 + ["truncate", "insert", "delete"]
+        kind = draw(st.sampled_from(kinds))
         if kind == "flip":
             data[pos] ^= 1 << draw(st.integers(0, 7))
         elif kind == "byte":

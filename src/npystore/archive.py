@@ -14,9 +14,9 @@ extra field in every local header that the central directory lacks.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader
@@ -41,6 +41,9 @@ _STORED_PREFIX: Final = 128
 #: the first few hundred bytes).
 _DEFLATED_PREFIX: Final = 1024
 _MAX_ROUNDS: Final = 6
+#: Largest central directory read (1,000,000 entries with long names fit).
+MAX_DIRECTORY_SIZE: Final = 512 * 2**20
+_T = TypeVar("_T")
 
 STORED, DEFLATED = 0, 8
 
@@ -95,21 +98,31 @@ class ZipArchive:
         self.url = reader.url
         self.max_header_size = max_header_size
         size = reader.size
-        tail_len = zipdir.tail_size(size)
-        self._tail_offset = size - tail_len
+        self._tail_offset = size - zipdir.tail_size(size)
         self._tail = reader.read(self._tail_offset, size)
-        end = zipdir.parse_end_record(self._tail, self._tail_offset, size, source=self.url)
-        if end.zip64_record_offset is not None and end.zip64_record_offset < self._tail_offset:
-            start = end.zip64_record_offset
-            record = reader.read(start, min(size, start + 56 + 4096))
-            end = zipdir.parse_zip64_end_record(record, start, end, size, source=self.url)
-        if end.cd_offset >= self._tail_offset:
-            cd_bytes, cd_start = self._tail, self._tail_offset
-        else:
-            cd_start = end.cd_offset
-            cd_bytes = reader.read(cd_start, end.cd_offset + end.cd_size)
-        self.directory = zipdir.parse_central_directory(
-            cd_bytes, cd_start, end, size, source=self.url
+        end = self._parse(
+            lambda data, start: zipdir.parse_end_record(data, start, size, source=self.url),
+            self._tail,
+            self._tail_offset,
+        )
+        if end.zip64_pending:
+            end = self._parse(
+                lambda data, start: zipdir.parse_zip64_end_record(
+                    data, start, end, size, source=self.url
+                ),
+                *self._window(end.zip64_record_offset or 0, zipdir.ZIP64_RECORD_SIZE),
+            )
+        if end.cd_size > MAX_DIRECTORY_SIZE:
+            raise UnsupportedError(
+                f"{self.url}: the central directory has {end.cd_size} bytes, more than the "
+                f"{MAX_DIRECTORY_SIZE} npystore reads"
+            )
+        final_end = end
+        self.directory = self._parse(
+            lambda data, start: zipdir.parse_central_directory(
+                data, start, final_end, size, source=self.url
+            ),
+            *self._window(end.cd_offset, end.cd_size),
         )
         zipdir.check_members(self.directory, source=self.url)
         self.entries = {e.name: e for e in self.directory.entries}
@@ -119,6 +132,27 @@ class ZipArchive:
 
     def __repr__(self) -> str:
         return f"ZipArchive({self.url!r}, members={len(self.entries)})"
+
+    def _window(self, start: int, length: int) -> tuple[bytes, int]:
+        """Bytes ``[start, start + length)``: a slice of the tail, or one read."""
+        if start >= self._tail_offset:
+            lo = start - self._tail_offset
+            return self._tail[lo : lo + length], start
+        return self.reader.read(start, min(self.reader.size, start + length)), start
+
+    def _parse(self, parse: Callable[[bytes, int], _T], data: bytes, start: int) -> _T:
+        """Run a directory parser, reading exactly what it asks for when ``data`` is short."""
+        for _ in range(_MAX_ROUNDS):
+            try:
+                return parse(data, start)
+            except zipdir.NeedMoreBytes as short:
+                if short.needed > MAX_DIRECTORY_SIZE + zipdir.EOCD_SEARCH:
+                    raise UnsupportedError(
+                        f"{self.url}: a directory record of {short.needed} bytes is more than "
+                        f"npystore reads"
+                    ) from None
+                data, start = self._window(short.offset, short.needed)
+        raise FormatError(f"{self.url}: the ZIP directory keeps asking for more bytes")
 
     @property
     def names(self) -> list[str]:
@@ -162,7 +196,7 @@ class ZipArchive:
             return {n: self._infos[n] for n in wanted}
 
     def _first_range(self, entry: zipdir.ZipEntry) -> int:
-        name_len = len(entry.name.encode("utf-8" if entry.flags & 0x800 else "cp437", "replace"))
+        name_len = len(entry.raw_name)
         prefix = _DEFLATED_PREFIX if entry.method == DEFLATED else _STORED_PREFIX
         base = zipdir.LOCAL_HEADER_SIZE + name_len + _EXTRA_SLACK
         return base + min(prefix, entry.compressed_size)

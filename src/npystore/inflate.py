@@ -35,6 +35,9 @@ __all__ = [
 STREAM_BLOCK: Final = 8 * 2**20
 #: Output spacing asked of index builders.
 INDEX_SPACING: Final = 4 * 2**20
+#: Members with at most this many compressed bytes are inflated from their start (one read,
+#: a few milliseconds) rather than indexed.
+SMALL_MEMBER: Final = STREAM_BLOCK
 
 
 class _CompressedBlocks:
@@ -279,13 +282,17 @@ def inflate_range(
     """Uncompressed bytes ``[start, stop)`` of a member.
 
     Uses the member's index, building it first (once per process) if an index builder is
-    installed; without one, inflates sequentially from the start up to ``stop``.
+    installed; without one, or for a small member (:data:`SMALL_MEMBER`), inflates
+    sequentially from the start up to ``stop``.
     """
     if not 0 <= start <= stop <= member.uncompressed_size:
         raise ValueError(f"range [{start}, {stop}) outside {member.uncompressed_size} bytes")
     if start == stop:
         return b""
-    index = slot.ensure(lambda: build_index(reader, member))
+    if member.compressed_size <= SMALL_MEMBER:
+        index = slot.get()
+    else:
+        index = slot.ensure(lambda: build_index(reader, member))
     source = f"{reader.url}:{member.name}"
     if index is None:
         buf = bytearray(stop - start)

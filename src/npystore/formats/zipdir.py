@@ -322,7 +322,7 @@ def parse_end_record(tail: bytes, tail_offset: int, archive_size: int, *, source
     )  # fmt: skip
     if loc < 0 <= eocd - _LOCATOR.size:
         raise NeedMoreBytes(
-            f"{source}: the tail read ends {pos} bytes before the end record at offset {eocd}, "
+            f"{source}: the tail read starts only {pos} bytes before the end record at {eocd}, "
             "too few to see whether a ZIP64 locator precedes it",
             offset=eocd - _LOCATOR.size,
             needed=archive_size - eocd + _LOCATOR.size,
@@ -337,7 +337,11 @@ def parse_end_record(tail: bytes, tail_offset: int, archive_size: int, *, source
             raise FormatError(f"{exc}; it holds ZIP64 sentinels, but no ZIP64 locator") from None
         return end
     _, record_disk, record, disks = _LOCATOR.unpack_from(tail, loc)
-    _check_disks(record_disk, 1 if disks > 1 else 0, source)
+    if record_disk != 0 or disks > 1:
+        raise UnsupportedError(
+            f"{source}: the ZIP64 locator describes a split archive ({disks} disks, ZIP64 end "
+            f"record on disk {record_disk}), expected a single-file archive"
+        )
     if record + ZIP64_RECORD_SIZE > tail_offset + loc:
         raise FormatError(
             f"{source}: the ZIP64 locator at offset {tail_offset + loc} names a ZIP64 end "

@@ -1,0 +1,58 @@
+"""Peak RSS of one whole-member reduction, in a fresh process (helper of ``run.py``).
+
+Usage: ``python benchmarks/_rss_probe.py {npystore,numpy} ARCHIVE.npz MEMBER``
+
+- ``npystore``: ``npystore.open_npz(ARCHIVE)[MEMBER].sum().compute()`` (no index built
+  beforehand: the first chunk task builds it).
+- ``numpy``: ``numpy.load(ARCHIVE)[MEMBER].sum()``.
+
+Prints one JSON object: ``baseline_mb`` (peak RSS after the imports), ``peak_mb`` (peak RSS
+after the reduction), ``seconds`` (the reduction alone) and ``sum``. RSS figures are
+``getrusage(RUSAGE_SELF).ru_maxrss`` (KiB on Linux) in MiB.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main(argv: list[str]) -> int:
+    mode, path, member = argv
+    import numpy as np
+
+    if mode == "npystore":
+        import dask.array  # noqa: F401 - part of the baseline, as in any dask session
+
+        import npystore
+
+        baseline = _peak_mb()
+        t0 = time.perf_counter()
+        total = npystore.open_npz(path)[member].sum().compute()
+    elif mode == "numpy":
+        baseline = _peak_mb()
+        t0 = time.perf_counter()
+        with np.load(path) as z:
+            total = z[member].sum()
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+    seconds = time.perf_counter() - t0
+    out = {
+        "mode": mode,
+        "baseline_mb": baseline,
+        "peak_mb": _peak_mb(),
+        "seconds": seconds,
+        "sum": float(total),
+    }
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
