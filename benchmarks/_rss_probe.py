@@ -7,8 +7,14 @@ Usage: ``python benchmarks/_rss_probe.py {npystore,numpy} ARCHIVE.npz MEMBER``
 - ``numpy``: ``numpy.load(ARCHIVE)[MEMBER].sum()``.
 
 Prints one JSON object: ``baseline_mb`` (peak RSS after the imports), ``peak_mb`` (peak RSS
-after the reduction), ``seconds`` (the reduction alone) and ``sum``. RSS figures are
-``getrusage(RUSAGE_SELF).ru_maxrss`` (KiB on Linux) in MiB.
+after the reduction), ``seconds`` (the reduction alone) and ``sum``, RSS in MiB.
+
+Peak RSS is ``VmHWM`` from ``/proc/self/status``, not ``getrusage(RUSAGE_SELF).ru_maxrss``:
+Linux carries ``ru_maxrss`` across ``execve`` from the pre-exec address space, and
+``subprocess`` forks (or vforks) the benchmark process, so a fresh probe starts with
+``ru_maxrss`` equal to the *parent's* peak (hundreds of MB after the other scenarios).
+``VmHWM`` belongs to the new address space. Both are reported (``ru_maxrss_mb`` too);
+``ru_maxrss`` is used only where ``/proc`` is missing.
 """
 
 from __future__ import annotations
@@ -19,8 +25,19 @@ import sys
 import time
 
 
-def _peak_mb() -> float:
+def _ru_maxrss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _peak_mb() -> float:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return _ru_maxrss_mb()
 
 
 def main(argv: list[str]) -> int:
@@ -47,6 +64,7 @@ def main(argv: list[str]) -> int:
         "mode": mode,
         "baseline_mb": baseline,
         "peak_mb": _peak_mb(),
+        "ru_maxrss_mb": _ru_maxrss_mb(),
         "seconds": seconds,
         "sum": float(total),
     }
