@@ -77,6 +77,15 @@ def _samples(directory: Path, scale: float) -> dict[str, Path]:
         path = directory / name
         np.save(path, arr)
         out[name] = path
+    archive = directory / "run.npz"
+    np.savez_compressed(
+        archive,
+        temperature=temperature,
+        sensor=events["sensor"],
+        value=events["value"],
+        frame0=np.ascontiguousarray(stack[:, :, 0]),
+    )
+    out["run.npz"] = archive
     return out
 
 
@@ -117,7 +126,10 @@ def run(scale: float = 1.0, out: Any = sys.stdout) -> bool:
         for name, path in _samples(Path(tmp), scale).items():
             url = sandbox.put_file(path, name)
             print(f"uploaded {url} ({path.stat().st_size / 2**20:.1f} MiB)", file=out)
-            ok &= _demo_file(sandbox, name, path, url, steps)
+            if name.endswith(".npz"):
+                ok &= _demo_npz(sandbox, name, path, url, steps)
+            else:
+                ok &= _demo_file(sandbox, name, path, url, steps)
         sandbox.close()
     _report(steps, out)
     print("all results equal numpy.load" if ok else "MISMATCH: see above", file=out)
@@ -165,6 +177,28 @@ def _demo_file(sandbox: Any, name: str, path: Path, url: str, steps: list[Step])
     verdict = "equals" if same_reduced else "DIFFERS FROM"
     steps.append(Step(name, reduce_label, n, b, s, f"{verdict} numpy; {b / size:.3f}x the file"))
     return same_part and same_reduced
+
+
+def _demo_npz(sandbox: Any, name: str, path: Path, url: str, steps: list[Step]) -> bool:
+    """Open a savez_compressed archive, list its members, index one and slice it."""
+    opts = sandbox.storage_options
+    size = path.stat().st_size
+    expected = np.load(path)
+    z, n, b, s = _measure(
+        sandbox.counter, functools.partial(npystore.open_npz, url, storage_options=opts)
+    )
+    steps.append(Step(name, "open_npz", n, b, s, f"{len(z)} members: {', '.join(z.files)}"))
+    headers, n, b, s = _measure(sandbox.counter, lambda: z.headers)
+    shapes = ", ".join(f"{k} {h.shape}" for k, h in headers.items())
+    steps.append(Step(name, "member headers", n, b, s, shapes))
+    _, n, b, s = _measure(sandbox.counter, functools.partial(z.build_index, "temperature"))
+    steps.append(Step(name, "index 'temperature'", n, b, s, f"{b / size:.2f}x the archive"))
+    key = (-1, slice(30, 60))
+    part, n, b, s = _measure(sandbox.counter, z["temperature"][key].compute)
+    same = bool(np.array_equal(part, expected["temperature"][key]))
+    verdict = "equals" if same else "DIFFERS FROM"
+    steps.append(Step(name, f"slice temperature{_key_text(key)}", n, b, s, f"{verdict} numpy.load"))
+    return same
 
 
 def _key_text(key: Any) -> str:
