@@ -344,3 +344,33 @@ def test_300_member_headers_with_30ms_latency(tmp_path: Path, s3: Any) -> None:
     added = slow - base
     assert requests > 250
     assert added < 1.5, f"30 ms latency added {added:.2f} s over {requests} requests"
+
+
+def test_stored_member_over_4gib_sparse(tmp_path: Path) -> None:
+    """A ZIP64 member larger than 4 GiB, written by hand as a sparse file: its last elements
+    are read through 64-bit sizes and offsets (numpy's own header, zeros in the hole)."""
+    from test_zipdir import write_zip64  # the hand-written ZIP64 writer of the zipdir tests
+
+    n = 540_000_000  # 4.32 GB of float64
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f8", "fortran_order": False, "shape": (n,)}
+    )
+    tail = np.arange(1.0, 5.0).tobytes()
+    path = tmp_path / "huge.npz"
+    with path.open("wb") as f:
+        # member = npy header + a hole of zeros + 4 known float64s, by seeking in write_zip64
+        write_zip64(f, [("small.npy", _npy(np.arange(3))), ("huge.npy", 8 * n + 128)])
+    with path.open("r+b") as f:
+        z = npystore.open_npz(str(path))
+        info = z.info("huge")
+        assert info.entry.uncompressed_size > 2**32
+        f.seek(info.data_offset)
+        f.write(header.getvalue())
+        f.seek(info.data_offset + 128 + 8 * n - len(tail))
+        f.write(tail)
+    z = npystore.open_npz(str(path))
+    assert z.headers["huge"].shape == (n,)
+    np.testing.assert_array_equal(z["huge"][-4:].compute(), [1.0, 2.0, 3.0, 4.0])
+    assert z["huge"][123_456_789].compute() == 0.0
+    np.testing.assert_array_equal(z["small"].compute(), np.arange(3))
