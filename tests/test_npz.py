@@ -374,3 +374,28 @@ def test_stored_member_over_4gib_sparse(tmp_path: Path) -> None:
     np.testing.assert_array_equal(z["huge"][-4:].compute(), [1.0, 2.0, 3.0, 4.0])
     assert z["huge"][123_456_789].compute() == 0.0
     np.testing.assert_array_equal(z["small"].compute(), np.arange(3))
+
+
+def test_index_cache_is_reused_across_sessions(tmp_path: Path, s3: Any) -> None:
+    pytest.importorskip("rapidgzip")
+    x = np.cumsum(np.random.default_rng(3).standard_normal(4_000_000)).astype("<f8")
+    path = tmp_path / "cached.npz"
+    np.savez_compressed(path, x=x)
+    url = s3.put_file(path, "cached.npz")
+    cache = tmp_path / "index-cache"
+    opts = s3.storage_options
+    first = npystore.open_npz(url, storage_options=opts, index_cache=str(cache))
+    first.build_index()
+    assert len(list(cache.iterdir())) == 1
+    second = npystore.open_npz(url, storage_options=opts, index_cache=str(cache))
+    compressed = second.info("x").entry.compressed_size
+    with s3.counter.measure() as m:
+        got = second["x"][-100:].compute()
+    np.testing.assert_array_equal(got, x[-100:])
+    assert m.bytes < compressed / 2  # the cached index was used: no pass over the member
+    # a damaged cache entry is rebuilt, not trusted
+    (entry,) = cache.iterdir()
+    entry.write_bytes(b"garbage")
+    third = npystore.open_npz(url, storage_options=opts, index_cache=str(cache))
+    np.testing.assert_array_equal(third["x"][:10].compute(), x[:10])
+    assert entry.read_bytes().startswith(b"NPYSTORE-DFLIDX1")

@@ -89,12 +89,19 @@ class ZipArchive:
         Reader of the archive.
     max_header_size : int
         Largest npy header accepted in a member.
+    index_cache : str, optional
+        Local directory where deflate indexes are kept across processes and sessions.
     """
 
     def __init__(
-        self, reader: RangeReader, *, max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE
+        self,
+        reader: RangeReader,
+        *,
+        max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+        index_cache: str | None = None,
     ) -> None:
         self.reader = reader
+        self.index_cache = index_cache
         self.url = reader.url
         self.max_header_size = max_header_size
         size = reader.size
@@ -296,7 +303,7 @@ class ZipArchive:
         nbytes = member_size - header.data_offset if header.is_pickled else header.nbytes
         if info.compressed:
             with self._lock:
-                slot = self._slots.setdefault(name, IndexSlot())
+                slot = self._slots.setdefault(name, IndexSlot(cache_dir=self.index_cache))
             member = DeflatedMember(
                 name, info.data_offset, entry.compressed_size, member_size, entry.crc32
             )
@@ -314,7 +321,7 @@ class ZipArchive:
         if not self.info(name).compressed:
             return None
         with self._lock:
-            return self._slots.setdefault(name, IndexSlot())
+            return self._slots.setdefault(name, IndexSlot(cache_dir=self.index_cache))
 
 
 def _inflate_prefix(payload: bytes, entry: zipdir.ZipEntry, source: str) -> tuple[bytes, bool]:

@@ -27,7 +27,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from npystore.errors import ConsistencyError, FetchError
 
-__all__ = ["ObjectIdentity", "RangeReader", "open_reader"]
+__all__ = ["ObjectIdentity", "RangeReader", "open_reader", "read_cache_file", "write_cache_file"]
 
 #: Remote ranges larger than this are split into parts fetched concurrently.
 REMOTE_PART_SIZE: Final = 8 * 2**20
@@ -296,6 +296,24 @@ def _split(requests: Sequence[tuple[int, memoryview]], part: int) -> list[tuple[
         for o in range(0, n, part):
             out.append((start + o, view[o : o + part]))
     return out
+
+
+def read_cache_file(path: str) -> bytes | None:
+    """The content of a local cache file, or None if it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def write_cache_file(path: str, data: bytes) -> None:
+    """Write a local cache file atomically (write to a temporary name, then rename)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
 
 
 def open_reader(url: str, storage_options: Mapping[str, Any] | None = None) -> RangeReader:

@@ -13,12 +13,15 @@ All bytes are read through :class:`~npystore.fetch.RangeReader`.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import io
+import os
 import threading
 from typing import Any, Final
 
 from npystore.errors import FormatError
-from npystore.fetch import RangeReader
+from npystore.fetch import RangeReader, read_cache_file, write_cache_file
 from npystore.formats import deflate
 from npystore.formats.deflate import DeflateIndex
 from npystore.layout import DeflatedMember, IndexSlot
@@ -26,6 +29,8 @@ from npystore.layout import DeflatedMember, IndexSlot
 __all__ = [
     "MemberGzipFile",
     "build_index",
+    "build_or_load_index",
+    "index_cache_path",
     "index_builder_name",
     "inflate_into",
     "inflate_range",
@@ -172,8 +177,6 @@ def build_index(
     buf = bytearray(STREAM_BLOCK)
     view = memoryview(buf)
     if builder == "rapidgzip":
-        import os  # noqa: PLC0415
-
         import rapidgzip  # noqa: PLC0415
 
         threads = parallelization or (os.cpu_count() or 1)
@@ -206,6 +209,37 @@ def build_index(
         compressed_size=member.compressed_size,
         source=source,
     )
+
+
+def index_cache_path(reader: RangeReader, member: DeflatedMember, cache_dir: str) -> str:
+    """Where a member's index is cached: keyed by the object's identity and the member."""
+    key = repr((reader.token, member.name, member.offset, member.compressed_size, member.crc32))
+    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
+    return os.path.join(cache_dir, f"{digest}.dflidx")
+
+
+def build_or_load_index(
+    reader: RangeReader, member: DeflatedMember, cache_dir: str | None
+) -> DeflateIndex | None:
+    """The member's index from the local cache, else built (and then cached)."""
+    if cache_dir is None:
+        return build_index(reader, member)
+    path = index_cache_path(reader, member, cache_dir)
+    data = read_cache_file(path)
+    if data is not None:
+        try:
+            cached = DeflateIndex.from_bytes(data, source=path)
+        except FormatError:
+            cached = None  # a damaged cache entry: rebuild it below
+        if cached is not None and (cached.compressed_size, cached.uncompressed_size) == (
+            member.compressed_size,
+            member.uncompressed_size,
+        ):
+            return cached
+    index = build_index(reader, member)
+    if index is not None:
+        write_cache_file(path, index.to_bytes())
+    return index
 
 
 def _check_full_pass(source: str, member: DeflatedMember, total: int, crc: int) -> None:
@@ -292,7 +326,7 @@ def inflate_range(
     if member.compressed_size <= SMALL_MEMBER:
         index = slot.get()
     else:
-        index = slot.ensure(lambda: build_index(reader, member))
+        index = slot.ensure(functools.partial(build_or_load_index, reader, member, slot.cache_dir))
     source = f"{reader.url}:{member.name}"
     if index is None:
         buf = bytearray(stop - start)

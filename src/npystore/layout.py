@@ -92,12 +92,14 @@ class IndexSlot:
     the lock does not travel.
     """
 
-    def __init__(self, index: DeflateIndex | None = None) -> None:
+    def __init__(self, index: DeflateIndex | None = None, cache_dir: str | None = None) -> None:
         self._index = index
+        #: Local directory where indexes are kept between processes and sessions (or None).
+        self.cache_dir = cache_dir
         self._lock = threading.Lock()
 
     def __reduce__(self) -> tuple[Callable[..., IndexSlot], tuple[Any, ...]]:
-        return (IndexSlot, (self._index,))
+        return (IndexSlot, (self._index, self.cache_dir))
 
     def __repr__(self) -> str:
         state = "empty" if self._index is None else f"{len(self._index.checkpoints)} checkpoints"

@@ -27,7 +27,7 @@ from npystore.archive import MemberInfo, ZipArchive, member_key
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader, open_reader
 from npystore.formats import npy
-from npystore.inflate import build_index, inflate_into
+from npystore.inflate import build_or_load_index, inflate_into
 from npystore.layout import DeflatedMember
 
 if TYPE_CHECKING:
@@ -146,7 +146,11 @@ class NpzFile(Mapping[str, Any]):
             slot = self.archive.index_slot(name)
             if slot is None or info.header is None:
                 continue
-            slot.ensure(functools.partial(build_index, self.archive.reader, _deflated_member(info)))
+            slot.ensure(
+                functools.partial(
+                    build_or_load_index, self.archive.reader, _deflated_member(info), slot.cache_dir
+                )
+            )
 
     def _member_bytes(self, info: MemberInfo) -> bytes:
         entry = info.entry
@@ -174,6 +178,7 @@ def open_npz(
     storage_options: Mapping[str, Any] | None = None,
     allow_pickle: bool = False,
     max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+    index_cache: str | None = None,
 ) -> NpzFile:
     """Open an ``.npz`` archive as a read-only mapping of lazy dask arrays.
 
@@ -193,6 +198,10 @@ def open_npz(
         Allow object-array members (pickles; unpickling runs code from the file).
     max_header_size : int
         Largest npy header accepted in a member.
+    index_cache : str, optional
+        A local directory where deflate checkpoint indexes are kept, keyed by the object's
+        identity (URL, size, ETag/mtime) and the member: later sessions and other processes
+        (e.g. dask workers on the same machine) reuse them instead of re-reading the member.
 
     Returns
     -------
@@ -218,7 +227,11 @@ def open_npz(
     """
     reader = open_reader(url, storage_options)
     return _npz_from_reader(
-        reader, chunks=chunks, allow_pickle=allow_pickle, max_header_size=max_header_size
+        reader,
+        chunks=chunks,
+        allow_pickle=allow_pickle,
+        max_header_size=max_header_size,
+        index_cache=index_cache,
     )
 
 
@@ -228,8 +241,9 @@ def _npz_from_reader(
     chunks: Any = "auto",
     allow_pickle: bool = False,
     max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+    index_cache: str | None = None,
 ) -> NpzFile:
     if reader.size < 22:
         raise FormatError(f"{reader.url}: {reader.size} bytes is too short for a ZIP archive")
-    archive = ZipArchive(reader, max_header_size=max_header_size)
+    archive = ZipArchive(reader, max_header_size=max_header_size, index_cache=index_cache)
     return NpzFile(archive, chunks=chunks, allow_pickle=allow_pickle)
