@@ -1,0 +1,196 @@
+"""Zarr entry points: :func:`open_store` and :func:`to_kerchunk`.
+
+Both build the same hierarchy of nodes from a file (an ``.npy`` is an array at the root, an
+``.npz`` a group with one array per ``.npy`` member) and hand it to the Zarr face.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from npystore.access import LayoutArray
+from npystore.api import _open_layout_array, _read_prefix, sniff
+from npystore.errors import FormatError, UnsupportedError
+from npystore.fetch import RangeReader, open_reader
+from npystore.formats import npy
+from npystore.layout import RawExtent
+
+if TYPE_CHECKING:
+    from npystore.faces.zarr_store import LayoutStore, Node
+
+__all__ = ["open_store", "to_kerchunk"]
+
+#: Largest chunk inlined into kerchunk references (edge chunks, inflated members).
+MAX_INLINE_CHUNK: Final = 8 * 2**20
+
+
+def _nodes(reader: RangeReader, *, max_header_size: int) -> dict[str, Node]:
+    from npystore.faces.zarr_store import ArrayNode, GroupNode, node_name  # noqa: PLC0415
+
+    prefix = _read_prefix(reader)
+    kind = sniff(prefix)
+    about = {"npystore": {"source": reader.url, "format": kind}}
+    if kind == "npy":
+        array = _open_layout_array(reader, prefix, False, max_header_size)
+        return {"": ArrayNode(array, attributes=about)}
+    if kind == "npz":
+        from npystore.archive import ZipArchive  # noqa: PLC0415
+
+        archive = ZipArchive(reader, max_header_size=max_header_size)
+        infos = archive.resolve(archive.names)
+        nodes: dict[str, Node] = {}
+        skipped: dict[str, str] = {}
+        for name, info in infos.items():
+            if info.header is None:
+                skipped[name] = "not an .npy member"
+                continue
+            if info.header.is_pickled:
+                skipped[name] = f"object array ({info.header.dtype}): a pickle"
+                continue
+            layout = archive.layout(name)
+            array = LayoutArray(reader, layout, source=f"{reader.url}:{name}")
+            nodes[node_name(info.key)] = ArrayNode(
+                array, attributes={"npystore": {"member": name, "key": info.key}}
+            )
+        root_attrs = dict(about)
+        if skipped:
+            root_attrs["npystore"] = {**about["npystore"], "skipped": skipped}
+        nodes[""] = GroupNode(root_attrs)
+        return nodes
+    if kind == "mat":
+        raise UnsupportedError(
+            f"{reader.url}: MATLAB .mat files cannot be opened as a Zarr store by this version "
+            "of npystore yet"
+        )
+    raise FormatError(
+        f"{reader.url}: unknown format: the first bytes are {bytes(prefix[:8])!r}, expected "
+        f"the .npy magic {npy.MAGIC!r} or a ZIP signature"
+    )
+
+
+def open_store(
+    url: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+) -> LayoutStore:
+    """Open a file as a read-only Zarr v3 store.
+
+    An ``.npy`` file is an array at the root (``zarr.open_array(store, mode="r")``); an
+    ``.npz`` archive is a group with one array per ``.npy`` member
+    (``zarr.open_group(store, mode="r")``), named by the member's key (percent-encoded where
+    a key is not a safe Zarr name; the original is in the array's attributes). The root
+    carries consolidated metadata, so zarr needs no listing. Chunks are computed from byte
+    ranges of the file on demand; deflated members are served through their checkpoint
+    index.
+
+    Parameters
+    ----------
+    url : str
+        Local path or any fsspec URL.
+    storage_options : mapping, optional
+        Filesystem options, as fsspec's ``storage_options``.
+    max_header_size : int
+        Largest npy header accepted.
+
+    Returns
+    -------
+    LayoutStore
+        A ``zarr.abc.store.Store``; writes raise :class:`~npystore.errors.UnsupportedError`.
+
+    Examples
+    --------
+    >>> import numpy as np, npystore, zarr
+    >>> np.save("/tmp/doc_store.npy", np.arange(6, dtype=">i2").reshape(2, 3))
+    >>> z = zarr.open_array(npystore.open_store("/tmp/doc_store.npy"), mode="r")
+    >>> z[1]
+    array([3, 4, 5], dtype=int16)
+    """
+    from npystore.faces.zarr_store import LayoutStore  # noqa: PLC0415
+
+    reader = open_reader(url, storage_options)
+    return LayoutStore(_nodes(reader, max_header_size=max_header_size), url=reader.url)
+
+
+def to_kerchunk(
+    url: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+) -> dict[str, Any]:
+    """Kerchunk version-1 references for a file (plain JSON-serialisable dict).
+
+    Metadata documents are inlined; every full chunk of a raw layout that is one contiguous
+    byte range is a ``[url, offset, length]`` reference into the original file; other chunks
+    (zero-padded edge chunks, non-contiguous chunks, chunks of deflated members) are inlined
+    as ``base64:`` strings, up to :data:`MAX_INLINE_CHUNK` bytes each.
+
+    Open the result with ``fsspec.filesystem("reference", fo=refs, remote_protocol=...)`` and
+    zarr (Zarr v3 metadata; npystore's data types are registered on ``import npystore``).
+
+    Raises
+    ------
+    UnsupportedError
+        A chunk that must be inlined is larger than :data:`MAX_INLINE_CHUNK`.
+    """
+    from npystore.faces.zarr_store import ArrayNode, LayoutStore  # noqa: PLC0415
+
+    reader = open_reader(url, storage_options)
+    nodes = _nodes(reader, max_header_size=max_header_size)
+    store = LayoutStore(nodes, url=reader.url)
+    target = reader.fs.unstrip_protocol(reader.path)
+    refs: dict[str, Any] = {}
+    for key in store._keys():
+        where = store._resolve(key)
+        if where is None:  # pragma: no cover - keys come from the store itself
+            continue
+        path, index = where
+        if index is None:
+            refs[key] = store._metadata_bytes(path).decode()
+            continue
+        node = nodes[path]
+        if not isinstance(node, ArrayNode):  # pragma: no cover
+            continue
+        span = _direct_range(node, index)
+        if span is not None:
+            refs[key] = [target, span[0], span[1] - span[0]]
+            continue
+        size = _chunk_nbytes(node)
+        if size > MAX_INLINE_CHUNK:
+            raise UnsupportedError(
+                f"{node.array.source}: chunk {key} must be inlined (edge, non-contiguous or "
+                f"deflated) but has {size} bytes, more than {MAX_INLINE_CHUNK}"
+            )
+        data = store._chunk_bytes(node, index)
+        refs[key] = "base64:" + base64.b64encode(data).decode()
+    result = {"version": 1, "refs": refs}
+    json.dumps(result)  # fail here, not in the caller, if anything is not JSON
+    return result
+
+
+def _chunk_nbytes(node: Any) -> int:
+    n = 1
+    for c in node.chunks():
+        n *= c
+    return int(n * node.array.layout.dtype.itemsize)
+
+
+def _direct_range(node: Any, index: tuple[int, ...]) -> tuple[int, int] | None:
+    """The file byte range of a full, contiguous chunk of a raw layout, else None."""
+    from npystore.layout import plan_reads  # noqa: PLC0415
+
+    layout = node.array.layout
+    if not isinstance(layout.storage, RawExtent):
+        return None
+    chunks = node.chunks()
+    sel = tuple((i * c, c, 1) for i, c in zip(index, chunks, strict=True))
+    if any(s + c > n for (s, c, _), n in zip(sel, layout.shape, strict=True)):
+        return None
+    plan = plan_reads(layout, sel, max_gap=0, max_span=1 << 62)
+    pieces = list(plan.iter_pieces())
+    if len(pieces) != 1 or not pieces[0].contiguous:
+        return None
+    return pieces[0].start, pieces[0].stop
