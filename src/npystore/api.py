@@ -77,11 +77,7 @@ def _layout(reader: RangeReader, header: npy.NpyHeader, allow_pickle: bool) -> A
     order: Order = "F" if header.fortran_order else "C"
     if header.is_pickled:
         if not allow_pickle:
-            raise UnsupportedError(
-                f"{reader.url}: holds an object array ({header.dtype}), stored as a pickle; "
-                "loading it can execute arbitrary code. Pass allow_pickle=True only if you "
-                "trust the file."
-            )
+            raise npy.pickle_refused(reader.url, header.dtype)
         extent = PickledExtent(header.data_offset, reader.size - header.data_offset)
         return ArrayLayout(header.dtype, header.shape, order, extent)
     return ArrayLayout(

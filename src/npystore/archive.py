@@ -289,11 +289,7 @@ class ZipArchive:
         entry = info.entry
         member_size = entry.uncompressed_size
         if header.is_pickled and not allow_pickle:
-            raise UnsupportedError(
-                f"{source}: holds an object array ({header.dtype}), stored as a pickle; "
-                "loading it can execute arbitrary code. Pass allow_pickle=True only if you "
-                "trust the file."
-            )
+            raise npy.pickle_refused(source, header.dtype)
         if not header.is_pickled and header.data_offset + header.nbytes > member_size:
             raise FormatError(
                 f"{source}: the npy header declares {header.nbytes} bytes of data from byte "

@@ -32,7 +32,7 @@ def _nodes(reader: RangeReader, *, max_header_size: int) -> dict[str, Node]:
 
     prefix = _read_prefix(reader)
     kind = sniff(prefix)
-    about = {"npystore": {"source": reader.url, "format": kind}}
+    about: dict[str, Any] = {"npystore": {"source": reader.url, "format": kind}}
     if kind == "npy":
         array = _open_layout_array(reader, prefix, False, max_header_size)
         return {"": ArrayNode(array, attributes=about)}

@@ -388,7 +388,7 @@ def _slice(value: bytes, byte_range: ByteRequest | None) -> bytes:
         return value[byte_range.offset :]
     if isinstance(byte_range, SuffixByteRequest):
         return value[-byte_range.suffix :] if byte_range.suffix else b""
-    raise TypeError(f"unexpected byte range {byte_range!r}")
+    raise TypeError(f"Unexpected byte_range, got {byte_range!r}")
 
 
 def deflated(node: ArrayNode) -> bool:

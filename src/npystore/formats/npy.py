@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -44,6 +44,7 @@ __all__ = [
     "is_npy",
     "parse_header",
     "parse_preamble",
+    "pickle_refused",
 ]
 
 MAGIC: Final = b"\x93NUMPY"
@@ -259,6 +260,14 @@ def parse_header(
         shape=dims,
         fortran_order=fortran_order,
         data_offset=preamble.data_offset,
+    )
+
+
+def pickle_refused(source: str, dtype: np.dtype[Any]) -> UnsupportedError:
+    """The error for an object array read without ``allow_pickle=True``."""
+    return UnsupportedError(
+        f"{source}: holds an object array ({dtype}), stored as a pickle; loading it can "
+        "execute arbitrary code. Pass allow_pickle=True only if you trust the file."
     )
 
 
