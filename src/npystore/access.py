@@ -20,7 +20,7 @@ import numpy as np
 
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader
-from npystore.inflate import inflate_into, inflate_range
+from npystore.inflate import inflate_into, inflate_range_into
 from npystore.layout import (
     ArrayLayout,
     DeflatedExtent,
@@ -218,18 +218,29 @@ def _read_deflated(
 ) -> np.ndarray[Any, Any]:
     """A hyperslab of a deflated member: plan in uncompressed coordinates, inflate one span.
 
-    Inflating is sequential, so the whole selection is read as one uncompressed span (gaps
-    cost inflate time, not requests) from the nearest checkpoint.
+    Inflating is sequential, so the whole selection is one uncompressed span (gaps cost
+    inflate time, not requests) from the nearest checkpoint; a contiguous span is inflated
+    straight into the output buffer.
     """
     virtual = ArrayLayout(
         layout.dtype, layout.shape, layout.order, RawExtent(storage.data_start, storage.nbytes)
     )
     plan = plan_reads(virtual, selection, max_gap=_UNBOUNDED, max_span=_UNBOUNDED)
-    out: np.ndarray[Any, Any] = np.empty(plan.shape, dtype=layout.dtype, order=layout.order)
+    buf = np.empty(math.prod(plan.shape) * layout.dtype.itemsize, dtype=np.uint8)
+    out: np.ndarray[Any, Any] = np.ndarray(
+        plan.shape, dtype=layout.dtype, buffer=buf, order=layout.order
+    )
+    raw = memoryview(buf.data)
     for piece in plan.iter_pieces():
-        data = inflate_range(reader, storage.member, storage.index, piece.start, piece.stop)
+        if piece.contiguous:
+            o = sum(b * s for (b, _), s in zip(piece.region, out.strides, strict=True))
+            target = raw[o : o + piece.stop - piece.start]
+            inflate_range_into(reader, storage.member, storage.index, piece.start, target)
+            continue
+        span = bytearray(piece.stop - piece.start)
+        inflate_range_into(reader, storage.member, storage.index, piece.start, memoryview(span))
         view: np.ndarray[Any, Any] = np.ndarray(
-            piece.shape, dtype=layout.dtype, buffer=data, strides=plan.strides
+            piece.shape, dtype=layout.dtype, buffer=span, strides=plan.strides
         )
         out[tuple(slice(b, e) for b, e in piece.region)] = view
     return out

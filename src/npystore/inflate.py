@@ -34,6 +34,7 @@ __all__ = [
     "index_builder_name",
     "inflate_into",
     "inflate_range",
+    "inflate_range_into",
 ]
 
 #: Compressed bytes fetched per sequential read.
@@ -133,22 +134,25 @@ class MemberGzipFile(io.RawIOBase):
 
 
 def index_builder_name() -> str | None:
-    """``"rapidgzip"``, ``"indexed_gzip"`` or ``None`` (no index builder installed)."""
-    try:
-        import rapidgzip  # noqa: F401, PLC0415
-    except ImportError:
-        pass
-    else:
-        return "rapidgzip"
-    try:
-        import indexed_gzip  # noqa: F401, PLC0415
-    except ImportError:
-        return None
-    return "indexed_gzip"
+    """``"indexed_gzip"``, ``"rapidgzip"`` or ``None`` (no index builder installed).
+
+    indexed_gzip comes first: it indexes a 1 GiB member in one zlib-speed pass with about
+    100 MB of memory. rapidgzip read through a Python file object is no faster on two cores
+    and holds several hundred MB of decoded chunks (measured: 1 GiB member, 2 cores:
+    indexed_gzip 3.9 s / +107 MB; rapidgzip 1 thread 2.7 s / +300 MB, 2 threads 8 s /
+    +600 MB).
+    """
+    for name in ("indexed_gzip", "rapidgzip"):
+        try:
+            __import__(name)
+        except ImportError:
+            continue
+        return name
+    return None
 
 
 def build_index(
-    reader: RangeReader, member: DeflatedMember, *, parallelization: int = 0
+    reader: RangeReader, member: DeflatedMember, *, parallelization: int = 1
 ) -> DeflateIndex | None:
     """Index a deflated member in one sequential pass, checking its CRC-32.
 
@@ -159,7 +163,7 @@ def build_index(
     member : DeflatedMember
         The member.
     parallelization : int
-        Threads for rapidgzip (0: one per core).
+        Threads for rapidgzip (0: one per core); memory grows with it.
 
     Returns
     -------
@@ -310,30 +314,42 @@ def inflate_into(reader: RangeReader, member: DeflatedMember, out: memoryview) -
     _check_full_pass(f"{reader.url}:{member.name}", member, member.uncompressed_size, crc or 0)
 
 
-def inflate_range(
-    reader: RangeReader, member: DeflatedMember, slot: IndexSlot, start: int, stop: int
-) -> bytes:
-    """Uncompressed bytes ``[start, stop)`` of a member.
+def inflate_range_into(
+    reader: RangeReader, member: DeflatedMember, slot: IndexSlot, start: int, out: memoryview
+) -> None:
+    """Fill ``out`` with uncompressed bytes ``[start, start + len(out))`` of a member.
 
     Uses the member's index, building it first (once per process) if an index builder is
     installed; without one, or for a small member (:data:`SMALL_MEMBER`), inflates
-    sequentially from the start up to ``stop``.
+    sequentially from the start.
     """
+    stop = start + out.nbytes
     if not 0 <= start <= stop <= member.uncompressed_size:
         raise ValueError(f"range [{start}, {stop}) outside {member.uncompressed_size} bytes")
     if start == stop:
-        return b""
+        return
     if member.compressed_size <= SMALL_MEMBER:
         index = slot.get()
     else:
         index = slot.ensure(functools.partial(build_or_load_index, reader, member, slot.cache_dir))
-    source = f"{reader.url}:{member.name}"
     if index is None:
-        buf = bytearray(stop - start)
-        _stream(reader, member, memoryview(buf), start)
-        return bytes(buf)
+        _stream(reader, member, out, start)
+        return
     checkpoint, byte_start, byte_stop = index.locate(start, stop)
     compressed = reader.read(member.offset + byte_start, member.offset + byte_stop)
-    return deflate.inflate_from(
-        checkpoint, compressed, start - checkpoint.out_offset, stop - start, source=source
+    deflate.inflate_from_into(
+        checkpoint,
+        compressed,
+        start - checkpoint.out_offset,
+        out,
+        source=f"{reader.url}:{member.name}",
     )
+
+
+def inflate_range(
+    reader: RangeReader, member: DeflatedMember, slot: IndexSlot, start: int, stop: int
+) -> bytes:
+    """Uncompressed bytes ``[start, stop)`` of a member (see :func:`inflate_range_into`)."""
+    buf = bytearray(max(0, stop - start))
+    inflate_range_into(reader, member, slot, start, memoryview(buf))
+    return bytes(buf)

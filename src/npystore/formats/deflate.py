@@ -60,6 +60,7 @@ __all__ = [
     "crc32",
     "gzip_trailer",
     "inflate_from",
+    "inflate_from_into",
     "inflater_name",
     "parse_gzidx",
     "raw_decompressobj",
@@ -291,14 +292,85 @@ def parse_gzidx(
 
 def shift_bits(data: bytes | memoryview, shift: int) -> bytes:
     """``data`` as one little-endian bit string shifted right by ``shift`` (0..7) bits."""
-    if shift == 0:
-        return bytes(data)
-    if not 0 < shift < 8:
+    return _shifted(data, shift).tobytes()
+
+
+def _shifted(data: bytes | memoryview, shift: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    if not 0 <= shift < 8:
         raise ValueError(f"shift must be 0..7, got {shift}")
     a = np.frombuffer(data, dtype=np.uint8)
+    if shift == 0:
+        return a
     out = a >> np.uint8(shift)
     out[:-1] |= (a[1:] << np.uint8(8 - shift)).astype(np.uint8)
-    return out.tobytes()
+    return out
+
+
+#: Output produced per decompress call, and compressed input fed per call: bound the memory
+#: of inflating a large range to about the output buffer itself.
+_OUT_PIECE: Final = 4 * 2**20
+_IN_PIECE: Final = 1 * 2**20
+
+
+def inflate_from_into(
+    checkpoint: Checkpoint,
+    compressed: bytes | memoryview,
+    skip: int,
+    out: memoryview,
+    *,
+    source: str = "<stream>",
+) -> None:
+    """Fill ``out`` with the output that starts ``skip`` bytes past a checkpoint.
+
+    Parameters
+    ----------
+    checkpoint : Checkpoint
+        Where to resume.
+    compressed : bytes
+        The raw stream from byte ``checkpoint.bit_offset // 8`` on (enough of it).
+    skip : int
+        Output bytes to discard first.
+    out : memoryview
+        Writable byte view, filled exactly.
+    source : str
+        Name for error messages.
+
+    Raises
+    ------
+    FormatError
+        The stream is corrupt or ends before filling ``out``.
+    """
+    data = memoryview(_shifted(compressed, checkpoint.bit_offset % 8).data)
+    d = raw_decompressobj(checkpoint.window)
+    want = skip + out.nbytes
+    produced = 0
+    fed = 0
+    tail: bytes | memoryview = b""
+    while produced < want:
+        if not tail:
+            if fed >= len(data) or d.eof:
+                break
+            tail = data[fed : fed + _IN_PIECE]
+            fed += len(tail)
+        try:
+            chunk = d.decompress(tail, min(_OUT_PIECE, want - produced))
+        except INFLATE_ERRORS as exc:
+            raise FormatError(
+                f"{source}: corrupt deflate data after output byte "
+                f"{checkpoint.out_offset + produced}: {exc}"
+            ) from None
+        tail = d.unconsumed_tail
+        lo, hi = max(produced, skip), min(produced + len(chunk), want)
+        if hi > lo:
+            out[lo - skip : hi - skip] = memoryview(chunk)[lo - produced : hi - produced]
+        produced += len(chunk)
+        if not chunk and tail:
+            break  # no progress despite input: a stream that cannot continue
+    if produced < want:
+        raise FormatError(
+            f"{source}: deflate stream ended after {checkpoint.out_offset + produced} output "
+            f"bytes, expected at least {checkpoint.out_offset + want}"
+        )
 
 
 def inflate_from(
@@ -309,42 +381,8 @@ def inflate_from(
     *,
     source: str = "<stream>",
 ) -> bytes:
-    """Inflate ``length`` bytes of output, ``skip`` bytes past a checkpoint.
-
-    Parameters
-    ----------
-    checkpoint : Checkpoint
-        Where to resume.
-    compressed : bytes
-        The raw stream from byte ``checkpoint.bit_offset // 8`` on (enough of it to produce
-        ``skip + length`` bytes).
-    skip, length : int
-        Output bytes to discard, then to return.
-    source : str
-        Name for error messages.
-
-    Returns
-    -------
-    bytes
-        Exactly ``length`` bytes.
-
-    Raises
-    ------
-    FormatError
-        The stream is corrupt or ends before producing ``skip + length`` bytes.
-    """
-    data = shift_bits(compressed, checkpoint.bit_offset % 8)
-    d = raw_decompressobj(checkpoint.window)
-    want = skip + length
-    try:
-        out = d.decompress(data, want)
-    except INFLATE_ERRORS as exc:
-        raise FormatError(
-            f"{source}: corrupt deflate data after output byte {checkpoint.out_offset}: {exc}"
-        ) from None
-    if len(out) < want:
-        raise FormatError(
-            f"{source}: deflate stream ended after {checkpoint.out_offset + len(out)} output "
-            f"bytes, expected at least {checkpoint.out_offset + want}"
-        )
-    return bytes(out[skip:want]) if skip else bytes(out)
+    """``length`` bytes of output, ``skip`` bytes past a checkpoint (see
+    :func:`inflate_from_into`)."""
+    buf = bytearray(length)
+    inflate_from_into(checkpoint, compressed, skip, memoryview(buf), source=source)
+    return bytes(buf)
