@@ -13,9 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 import zarr
-from npy_cases import DTYPES, ORDERS, SHAPES, make_array
 
 import npystore
+
+from npy_cases import DTYPES, ORDERS, SHAPES, make_array
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
@@ -34,6 +35,10 @@ def assert_values(got: Any, expected: Any) -> None:
         return
     assert got.dtype.newbyteorder("=") == expected.dtype.newbyteorder("=")
     native = expected.astype(expected.dtype.newbyteorder("="))
+    if native.dtype.type in (np.longdouble, np.clongdouble):
+        # x86 long doubles carry 6 padding bytes per value that are not data
+        np.testing.assert_array_equal(got, native)
+        return
     assert np.ascontiguousarray(got.astype(got.dtype.newbyteorder("="))).tobytes() == (
         np.ascontiguousarray(native).tobytes()
     )
@@ -45,8 +50,7 @@ def _npy_files(tmp_path: Path, names: list[str]) -> list[tuple[Path, Any]]:
         for shape in SHAPES:
             for order in ORDERS:
                 arr = make_array(DTYPES[name], shape, order, seed=len(name) + len(shape))
-                safe = "".join(c if c.isalnum() else "_" for c in name)
-                path = tmp_path / f"{safe}-{len(shape)}-{shape[0] if shape else 's'}-{order}.npy"
+                path = tmp_path / f"case{len(out):04d}.npy"
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     np.save(path, arr)
@@ -80,7 +84,9 @@ def test_npz_group_through_zarr_s3(tmp_path: Path, s3: Any) -> None:
         path = tmp_path / f"g{int(compressed)}.npz"
         (np.savez_compressed if compressed else np.savez)(path, **members)
         url = s3.put_file(path, path.name)
-        group = zarr.open_group(npystore.open_store(url, storage_options=s3.storage_options), mode="r")
+        group = zarr.open_group(
+            npystore.open_store(url, storage_options=s3.storage_options), mode="r"
+        )
         for key, arr in members.items():
             assert_values(group[key][...], arr)
 
@@ -135,9 +141,8 @@ def test_kerchunk_s3(tmp_path: Path, s3: Any) -> None:
     url = s3.put_file(tmp_path / "r.npz", "r.npz")
     refs = npystore.to_kerchunk(url, storage_options=s3.storage_options)
     assert any(isinstance(v, list) and v[0].startswith("s3://") for v in refs["refs"].values())
-    _check_refs(
-        refs, members, remote_protocol="s3", remote_options=s3.storage_options
-    )
+    remote = {**s3.storage_options, "asynchronous": True}
+    _check_refs(refs, members, remote_protocol="s3", remote_options=remote)
 
 
 def test_xarray_open_zarr(tmp_path: Path) -> None:
@@ -176,6 +181,8 @@ def test_copy_custom_dtype_member_into_real_zarr_and_reopen_in_new_process(
         print("ok", got.dtype)
         """
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ok")

@@ -75,7 +75,13 @@ def test_with_read_only(store: LayoutStore) -> None:
 
 @pytest.mark.parametrize(
     "byte_range",
-    [None, RangeByteRequest(1, 4), OffsetByteRequest(3), SuffixByteRequest(5), SuffixByteRequest(0)],
+    [
+        None,
+        RangeByteRequest(1, 4),
+        OffsetByteRequest(3),
+        SuffixByteRequest(5),
+        SuffixByteRequest(0),
+    ],
 )
 def test_get_with_every_byte_request(store: LayoutStore, byte_range: Any) -> None:
     full = np.arange(10, dtype="<i4").tobytes()

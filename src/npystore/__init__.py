@@ -19,6 +19,14 @@ from npystore.errors import (
 )
 from npystore.formats.npy import NpyHeader
 from npystore.npz import NpzFile, open_npz
+from npystore.stores import open_store, to_kerchunk
+
+try:  # register npystore's Zarr data types with zarr (zarr does not load entry points itself)
+    import zarr as _zarr  # noqa: F401
+except ImportError:  # pragma: no cover - zarr is optional
+    pass
+else:
+    from npystore.faces import dtypes as _dtypes  # noqa: F401
 
 __version__ = "0.1.0"
 
@@ -35,6 +43,8 @@ __all__ = [
     "open",
     "open_npy",
     "open_npz",
+    "open_store",
     "read_header",
     "sniff",
+    "to_kerchunk",
 ]

@@ -52,8 +52,11 @@ def _nodes(reader: RangeReader, *, max_header_size: int) -> dict[str, Node]:
                 continue
             layout = archive.layout(name)
             array = LayoutArray(reader, layout, source=f"{reader.url}:{name}")
-            nodes[node_name(info.key)] = ArrayNode(
-                array, attributes={"npystore": {"member": name, "key": info.key}}
+            safe = node_name(info.key)
+            nodes[safe] = ArrayNode(
+                array,
+                attributes={"npystore": {"member": name, "key": info.key}},
+                dimension_prefix=f"{safe}_",
             )
         root_attrs = dict(about)
         if skipped:

@@ -72,6 +72,15 @@ class ArrayNode:
     array: LayoutArray
     attributes: Mapping[str, Any] = field(default_factory=dict)
     chunk_shape: tuple[int, ...] | None = None
+    #: Names of the dimensions (xarray needs them); default ``{prefix}dim_{i}``.
+    dimension_names: tuple[str, ...] | None = None
+    dimension_prefix: str = ""
+
+    def dims(self) -> tuple[str, ...]:
+        """The dimension names: given, or ``{prefix}dim_{i}`` (unique per array)."""
+        if self.dimension_names is not None:
+            return self.dimension_names
+        return tuple(f"{self.dimension_prefix}dim_{i}" for i in range(self.array.layout.ndim))
 
     def chunks(self) -> tuple[int, ...]:
         """The regular chunk shape: contiguous ranges of about :data:`CHUNK_TARGET` bytes."""
@@ -118,7 +127,7 @@ def _array_metadata(node: ArrayNode) -> ArrayV3Metadata:
         fill_value=zdtype.default_scalar(),
         codecs=codecs,
         attributes=dict(node.attributes),
-        dimension_names=None,
+        dimension_names=node.dims(),
     )
 
 

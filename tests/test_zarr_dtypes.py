@@ -1,0 +1,364 @@
+"""npystore's Zarr data types (:mod:`npystore.faces.dtypes`) against real on-disk Zarr v3 arrays.
+
+What zarr returns when reading an array written with ``zarr.create_array(dtype=numpy_dtype)``:
+
+- records (``struct_*``), ``longdouble``/``clongdouble``: npystore's types; the exact dtype
+  (per-field byte order, offsets, titles, alignment) in every process;
+- every other dtype: zarr's own type; the same dtype in the writing process, the same values
+  in little-endian (native) order once reopened, because the byte order is in the ``bytes``
+  codec, not in zarr's data type JSON;
+- 0-d arrays come back as NumPy scalars, which keep values but not the 6 padding bytes of an
+  x87 long double (so those are compared on their 10 significant bytes).
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import json
+import subprocess
+import sys
+import tomllib
+from importlib.metadata import EntryPoint
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+from zarr.core.dtype import (
+    DataTypeRegistry,
+    DataTypeValidationError,
+    Structured,
+    data_type_registry,
+    get_data_type_from_json,
+    get_data_type_from_native_dtype,
+    parse_data_type,
+)
+
+from npystore.errors import UnsupportedError
+from npystore.faces.dtypes import (
+    ExactStructuredGate,
+    NpyScalar,
+    NpyStructured,
+    register_dtypes,
+    zarr_dtype_for,
+    zarr_structured_is_exact,
+)
+
+from npy_cases import DTYPES, assert_same, make_array
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # zarr's unstable-spec warning
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES: list[tuple[tuple[int, ...], tuple[int, ...], str]] = [
+    ((), (), "C"),
+    ((0,), (1,), "C"),
+    ((7,), (3,), "C"),
+    ((5, 3), (2, 2), "F"),
+]
+NPYSTORE_NAMES = [n for n in DTYPES if n.startswith("struct_") or "longdouble" in n]
+
+
+def _significant(a: Any) -> bytes:
+    """The bytes that carry values (of x87 long doubles: 10 of 16, in little-endian order)."""
+    a = np.ascontiguousarray(a).reshape(-1)
+    if a.dtype.char in "gG" and np.finfo(np.longdouble).nmant == 63:
+        part = a.dtype.itemsize // (2 if a.dtype.char == "G" else 1)
+        a = a.astype(a.dtype.newbyteorder("<"))
+        return bytes(a.view(np.uint8).reshape(-1, part)[:, :10].tobytes())
+    return bytes(a.tobytes())
+
+
+def check_values(got: Any, expected: Any) -> None:
+    """Records: exact dtype and bytes, field-wise; otherwise equal values in any byte order."""
+    got = np.asarray(got)  # zarr returns NumPy scalars for 0-d arrays
+    assert got.shape == expected.shape
+    if expected.dtype.names is not None:
+        assert_same(got, expected)
+        return
+    native = expected.dtype.newbyteorder("=")
+    assert got.dtype.newbyteorder("=") == native
+    assert _significant(got.astype(native)) == _significant(expected.astype(native))
+
+
+def _write_cases(root: Path, name: str) -> list[tuple[Path, Any]]:
+    """Real Zarr v3 arrays of DTYPES[name] under ``root``, each with an .npy of its values."""
+    dtype, out = DTYPES[name], []
+    for i, (shape, chunks, order) in enumerate(CASES):
+        arr = make_array(dtype, shape, order, seed=i)
+        path = root / f"{list(DTYPES).index(name)}-{i}"
+        z = zarr.create_array(store=str(path), shape=shape, chunks=chunks, dtype=dtype)
+        z[...] = arr
+        np.save(path.with_suffix(".npy"), arr)
+        out.append((path, arr))
+    return out
+
+
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_zarr_dtype_for_is_exact(name: str) -> None:
+    dtype = DTYPES[name]
+    zdtype = zarr_dtype_for(dtype)
+    native = zdtype.to_native_dtype()
+    assert native == dtype
+    assert native.descr == dtype.descr
+    assert native.str == dtype.str
+    assert native.itemsize == dtype.itemsize
+    assert native.isalignedstruct == dtype.isalignedstruct
+    if dtype.names is not None:
+        for field in dtype.names:  # per-field byte order, recursively through descr
+            assert native.fields[field] == dtype.fields[field]
+    expected = NpyScalar if "longdouble" in name else NpyStructured
+    if name in NPYSTORE_NAMES:
+        assert type(zdtype) is expected
+    else:
+        assert type(zdtype).__module__.startswith("zarr.core.dtype")
+
+
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_registry_matches_like_zarr_dtype_for(name: str) -> None:
+    """Handing zarr the NumPy dtype picks npystore's type exactly where zarr's is wrong."""
+    dtype = DTYPES[name]
+    assert type(get_data_type_from_native_dtype(dtype)) is type(zarr_dtype_for(dtype))
+    assert type(parse_data_type(dtype, zarr_format=3)) is type(zarr_dtype_for(dtype))
+
+
+def test_exact_records_stay_zarrs_own() -> None:
+    assert isinstance(data_type_registry.get("structured"), type)
+    assert data_type_registry.get("structured") is ExactStructuredGate
+    for dtype in (
+        np.dtype([("a", "<i4"), ("b", "<f8"), ("c", "S3"), ("d", "?")]),
+        np.dtype([("a", "<i4"), ("b", [("c", "<u2"), ("d", "<M8[ns]")])]),
+    ):
+        assert zarr_structured_is_exact(dtype)
+        zdtype = get_data_type_from_native_dtype(dtype)
+        assert type(zdtype) is Structured  # zarr's own class, not the gate
+        assert zdtype.to_native_dtype() == dtype
+        again = get_data_type_from_json(zdtype.to_json(zarr_format=3), zarr_format=3)
+        assert type(again) is Structured
+        assert again == zdtype
+    for dtype in (
+        np.dtype([("a", ">i4")]),
+        np.dtype([("a", "<i4"), ("b", "<i4")], align=True),
+        np.dtype({"names": [], "formats": [], "itemsize": 4}),
+        np.dtype([("a", "<f16")]),
+    ):
+        assert not zarr_structured_is_exact(dtype)
+        assert type(get_data_type_from_native_dtype(dtype)) is NpyStructured
+
+
+def test_register_dtypes_is_idempotent() -> None:
+    before = dict(data_type_registry.contents)
+    register_dtypes()
+    register_dtypes()
+    assert data_type_registry.contents == before
+    assert data_type_registry.get("npystore.structured") is NpyStructured
+    assert data_type_registry.get("npystore.scalar") is NpyScalar
+
+
+def test_object_dtypes_are_unsupported() -> None:
+    for dtype in (
+        np.dtype(object),
+        np.dtype([("a", "<i4"), ("o", "O")]),
+        np.dtype([("a", [("o", "O", (2,))])]),
+    ):
+        with pytest.raises(UnsupportedError, match="Python objects"):
+            zarr_dtype_for(dtype)
+    with pytest.raises(UnsupportedError, match="zero-size"):
+        zarr_dtype_for(np.dtype("V0"))
+    with pytest.raises(DataTypeValidationError):
+        NpyStructured.from_numpy(np.dtype([("o", "O")]))
+
+
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_real_zarr_arrays_round_trip(tmp_path: Path, name: str) -> None:
+    exact = name in NPYSTORE_NAMES
+    for path, arr in _write_cases(tmp_path, name):
+        written = zarr.open_array(str(path), mode="r+")
+        for z in (written, zarr.open_array(str(path), mode="r")):
+            got = np.asarray(z[...])
+            check_values(got, arr)
+            if arr.ndim == 0 and arr.dtype.names is None:
+                continue  # a NumPy scalar: no byte order
+            if exact:
+                assert_same(got, arr)  # every byte, long double padding included
+            elif arr.dtype.str[0] == ">":  # zarr's types: byte order in the bytes codec
+                assert got.dtype.str == arr.dtype.newbyteorder("<").str
+            else:
+                assert got.dtype.str == arr.dtype.str
+
+
+def test_writing_process_keeps_byte_order(tmp_path: Path) -> None:
+    """In the writing process zarr's own types keep the byte order they were created with."""
+    arr = np.arange(6, dtype=">i4")
+    z = zarr.create_array(store=str(tmp_path / "be"), shape=(6,), chunks=(4,), dtype=arr.dtype)
+    z[...] = arr
+    assert_same(z[...], arr)
+    assert z.metadata.codecs[0].to_dict() == {
+        "name": "bytes",
+        "configuration": {"endian": "little"},
+    }
+    reopened = zarr.open_array(str(tmp_path / "be"), mode="r")[...]
+    assert reopened.dtype == np.dtype("<i4")
+    assert np.array_equal(reopened, arr)
+
+
+@pytest.mark.parametrize("importing", ["npystore", "npystore.faces.dtypes"])
+def test_fresh_process_reads_every_dtype(tmp_path: Path, importing: str) -> None:
+    """A new interpreter that imports only ``importing`` reads every array back."""
+    for name in DTYPES:
+        _write_cases(tmp_path, name)
+    child = "\n".join(
+        [
+            "import sys, pathlib, warnings",
+            "from typing import Any",
+            f"sys.path.insert(0, {str(ROOT / 'tests')!r})",
+            "warnings.simplefilter('ignore')",
+            "import numpy as np, zarr",
+            f"import {importing}",
+            "from zarr.core.dtype import data_type_registry",
+            "from npy_cases import assert_same",
+            "assert 'npystore.structured' in data_type_registry.contents, (",
+            f"    'import {importing} did not register npystore.faces.dtypes')",
+            inspect.getsource(_significant),
+            inspect.getsource(check_values),
+            f"paths = sorted(pathlib.Path({str(tmp_path)!r}).glob('*.npy'))",
+            "for npy in paths:",
+            "    got = zarr.open_array(str(npy.with_suffix('')), mode='r')[...]",
+            "    check_values(got, np.load(npy))",
+            "print(len(paths))",
+        ]
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout) == len(DTYPES) * len(CASES)
+
+
+@pytest.mark.parametrize("name", NPYSTORE_NAMES)
+def test_metadata_json_round_trips(tmp_path: Path, name: str) -> None:
+    path, arr = _write_cases(tmp_path, name)[2]
+
+    def no_constants(text: str) -> None:
+        raise AssertionError(f"non-standard JSON constant {text}")
+
+    meta = json.loads((path / "zarr.json").read_text("utf-8"), parse_constant=no_constants)
+    zdtype = zarr_dtype_for(arr.dtype)
+    assert meta["data_type"] == json.loads(json.dumps(zdtype.to_json(zarr_format=3)))
+    assert meta["data_type"]["name"] == type(zdtype)._zarr_v3_name
+    assert meta["codecs"][0] == {"name": "bytes"}  # no endianness: chunks are exact bytes
+    again = type(zdtype).from_json(meta["data_type"], zarr_format=3)
+    assert again == zdtype
+    assert hash(again) == hash(zdtype)
+    assert get_data_type_from_json(meta["data_type"], zarr_format=3) == zdtype
+    fill = zdtype.from_json_scalar(meta["fill_value"], zarr_format=3)
+    assert zdtype.to_json_scalar(fill, zarr_format=3) == meta["fill_value"]
+    assert base64.b64decode(meta["fill_value"]) == bytes(arr.dtype.itemsize)  # zeros
+    value = arr.reshape(-1)[0]
+    text = zdtype.to_json_scalar(value, zarr_format=3)
+    back = zdtype.from_json_scalar(text, zarr_format=3)
+    assert zdtype.to_json_scalar(back, zarr_format=3) == text
+    check_values(np.asarray(back, dtype=arr.dtype), np.asarray(value, dtype=arr.dtype))
+
+
+def test_zarr_bug_structured_mixed_byte_order(tmp_path: Path) -> None:
+    """Documents zarr 3.1.6: its own Structured type silently returns byte-swapped values for
+    big-endian fields once reopened; npystore's type (the default now) returns them exactly.
+    If this test fails because zarr got it right, ExactStructuredGate may be relaxed."""
+    dtype = DTYPES["struct_mixed_order"]
+    arr = np.zeros(4, dtype)
+    arr["le"] = arr["be"] = [1.5, -2.0, 3.25, 1e300]
+    arr["s"] = ["ab", "c", "", "zz"]
+    zarrs = zarr.create_array(
+        store=str(tmp_path / "zarr"), shape=(4,), dtype=Structured.from_native_dtype(dtype)
+    )
+    zarrs[...] = arr
+    ours = zarr.create_array(store=str(tmp_path / "ours"), shape=(4,), dtype=dtype)
+    ours[...] = arr
+    assert type(ours.metadata.data_type) is NpyStructured
+
+    wrong = zarr.open_array(str(tmp_path / "zarr"), mode="r")[...]
+    assert wrong.dtype["be"] == np.dtype("<f8")  # the byte order is lost ...
+    assert not np.array_equal(wrong["be"], arr["be"])  # ... and so are the values
+    assert np.array_equal(wrong["be"], np.ascontiguousarray(arr["be"]).view("<f8"))
+    assert np.array_equal(wrong["le"], arr["le"])
+
+    right = zarr.open_array(str(tmp_path / "ours"), mode="r")[...]
+    assert_same(right, arr)
+
+
+def test_generic_datetime_needs_zarr_dtype_for(tmp_path: Path) -> None:
+    """zarr's own type for unit-less datetime64 writes a fill value it cannot read back
+    (unit-less timedelta64 works in zarr)."""
+    assert type(zarr_dtype_for(np.dtype(">m8"))).__name__ == "TimeDelta64"
+    for i, text in enumerate(("<M8", ">M8")):
+        dtype = np.dtype(text)
+        zdtype = zarr_dtype_for(dtype)
+        assert type(zdtype) is NpyScalar
+        arr = np.array(["NaT"] * 3, dtype=dtype)
+        path = tmp_path / f"generic{i}"
+        zarr.create_array(store=str(path), shape=(3,), dtype=zdtype)[...] = arr
+        assert_same(zarr.open_array(str(path), mode="r")[...], arr)
+    broken = tmp_path / "broken"
+    zarr.create_array(store=str(broken), shape=(3,), dtype=np.dtype("<M8"))
+    with pytest.raises(TypeError, match="fill_value"):
+        zarr.open_array(str(broken), mode="r")
+
+
+def test_longdouble_format_is_checked() -> None:
+    zdtype = NpyScalar(descr="<f16") if np.dtype(np.longdouble).itemsize == 16 else None
+    if zdtype is None:
+        pytest.skip("long double is not 16 bytes here")
+    meta = zdtype.to_json(zarr_format=3)
+    assert meta["configuration"]["longdouble"]["nmant"] == np.finfo(np.longdouble).nmant
+    alien = {"name": "npystore.scalar", "configuration": {"dtype": "<f16", "longdouble": {}}}
+    with pytest.raises(UnsupportedError, match="long doubles"):
+        get_data_type_from_json(alien, zarr_format=3)
+    record = zarr_dtype_for(np.dtype([("x", "<f16", (2,)), ("y", ">i4")]))
+    assert "longdouble" in record.to_json(zarr_format=3)["configuration"]
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"fields": [{"name": "a", "title": None, "offset": 0, "dtype": "|O"}], "itemsize": 8},
+        {"fields": [{"name": "a", "title": None, "offset": 0, "dtype": "<i4"}], "itemsize": 2},
+        {"fields": [{"name": "a", "title": None, "offset": -1, "dtype": "<i4"}], "itemsize": 4},
+        {"fields": [{"name": "a", "offset": 0, "dtype": "<i4"}], "itemsize": 4},
+        {"fields": [{"name": "a", "title": None, "offset": 0, "dtype": "nonsense"}], "itemsize": 4},
+        {"fields": "a", "itemsize": 4},
+    ],
+)
+def test_malformed_metadata_is_rejected(config: dict[str, Any]) -> None:
+    data = {"name": "npystore.structured", "configuration": {**config, "aligned": False}}
+    with pytest.raises(DataTypeValidationError):
+        NpyStructured.from_json(data, zarr_format=3)
+    with pytest.raises(DataTypeValidationError):
+        NpyScalar.from_json(
+            {"name": "npystore.scalar", "configuration": {"dtype": "O"}}, zarr_format=3
+        )
+
+
+def test_zarr_v2_only_where_exact(tmp_path: Path) -> None:
+    arr = make_array(DTYPES["struct_mixed_order"], (6,), "C")
+    z = zarr.create_array(
+        store=str(tmp_path / "v2"), shape=(6,), chunks=(4,), dtype=arr.dtype, zarr_format=2
+    )
+    z[...] = arr
+    assert_same(zarr.open_array(str(tmp_path / "v2"), mode="r")[...], arr)
+    with pytest.raises(ValueError, match="v2"):
+        zarr.create_array(
+            store=str(tmp_path / "no"), shape=(2,), dtype=DTYPES["struct_subarray"], zarr_format=2
+        )
+
+
+def test_entry_points_load_the_types() -> None:
+    """pyproject's ``zarr.data_type`` entry points, loaded the way zarr's registry would."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    declared = project["entry-points"]["zarr.data_type"]
+    points = [EntryPoint(key, value, "zarr.data_type") for key, value in declared.items()]
+    registry = DataTypeRegistry()
+    registry._lazy_load_list.extend(points)
+    registry._lazy_load()
+    assert registry.contents == {"npystore.structured": NpyStructured, "npystore.scalar": NpyScalar}
