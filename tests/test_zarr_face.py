@@ -121,7 +121,8 @@ def test_kerchunk_npy_and_npz_local(tmp_path: Path) -> None:
         zarr_store.CHUNK_TARGET = old
     ranges = [v for v in refs["refs"].values() if isinstance(v, list)]
     inlined = [k for k, v in refs["refs"].items() if isinstance(v, str) and v.startswith("base64:")]
-    assert ranges and inlined
+    assert ranges
+    assert inlined
     header = npystore.read_header(str(tmp_path / "a.npy"))
     assert min(off for _, off, _ in ranges) == header.data_offset  # offsets checked vs raw bytes
     raw = (tmp_path / "a.npy").read_bytes()

@@ -59,7 +59,8 @@ def test_store_type_and_flags(store: LayoutStore) -> None:
 
 
 def test_store_eq_and_pickle(store: LayoutStore, npz_path: Path) -> None:
-    assert store == store
+    same = store
+    assert store == same
     assert store == npystore.open_store(str(npz_path))
     again = pickle.loads(pickle.dumps(store))
     assert again == store
@@ -119,9 +120,11 @@ def test_get_partial_values_and_many(store: LayoutStore) -> None:
             [("a/c/0", RangeByteRequest(0, 8)), ("missing", None), ("a/c/0", SuffixByteRequest(4))],
         )
     )
-    assert got[0] is not None and got[0].to_bytes() == full[:8]
+    assert got[0] is not None
+    assert got[0].to_bytes() == full[:8]
     assert got[1] is None
-    assert got[2] is not None and got[2].to_bytes() == full[-4:]
+    assert got[2] is not None
+    assert got[2].to_bytes() == full[-4:]
 
     async def many() -> list[tuple[str, bytes]]:
         out = []
@@ -170,7 +173,7 @@ def test_writes_are_refused(store: LayoutStore) -> None:
         lambda: store.set_if_not_exists("new", buf),
         lambda: store.delete("a/c/0"),
         lambda: store.delete_dir("a"),
-        lambda: store.clear(),
+        store.clear,
         lambda: store._set_many([("k", buf)]),
     ):
         with pytest.raises(UnsupportedError, match="read-only"):
