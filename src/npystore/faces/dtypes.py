@@ -1,34 +1,29 @@
 """Zarr v3 data types for every dtype an ``.npy`` file can hold (object dtypes excepted).
 
-zarr 3.1.6 handles most NumPy dtypes itself, but not all of them correctly:
+zarr 3.1.6 gets some NumPy dtypes wrong or not at all: its ``structured`` type writes fields
+without byte order (``"float64"``) and the ``bytes`` codec has no endianness for records, so
+big-endian fields come back byte-swapped once reopened; subarray fields, titles, offsets,
+padding, ``align=True`` and zero-field records are lost or fail; ``longdouble``/``clongdouble``
+have no zarr type; unit-less ``datetime64`` writes a fill value zarr cannot read back.
 
-- its ``structured`` type writes field types without byte order (``"float64"``) and the
-  ``bytes`` codec has no endianness for records, so big-endian fields come back byte-swapped
-  (wrong values, silently) once the array is reopened from its ``zarr.json``; subarray fields,
-  titles, explicit offsets/padding, ``align=True`` and zero-field records are lost or fail;
-- ``longdouble``/``clongdouble`` (``<f16``/``<c32`` on x86_64) have no zarr type at all;
-- ``datetime64``/``timedelta64`` with generic units write a fill value zarr cannot read back.
+Two data types fill the gaps; their chunks are the exact bytes of the exact NumPy dtype (no
+``endianness``, so the ``bytes`` codec never swaps) and fill values are base64 raw bytes:
 
-This module adds two data types whose chunks are the exact bytes of the exact NumPy dtype
-(they have no ``endianness``, so the ``bytes`` codec never swaps):
+- :class:`NpyStructured`, ``{"name": "npystore.structured", "configuration": {"fields":
+  [...], "itemsize": n, "aligned": bool}}``; a field is ``{"name", "title", "offset",
+  "dtype"}`` and its dtype a NumPy dtype string with byte order (``">f8"``, ``"|S3"``,
+  ``"<M8[ns]"``), a subarray ``{"base": ..., "shape": [...]}`` or a nested configuration;
+- :class:`NpyScalar`, ``{"name": "npystore.scalar", "configuration": {"dtype": "<f16"}}``.
 
-- :class:`NpyStructured` (``"npystore.structured"``): a record dtype, losslessly. Its
-  configuration is ``{"fields": [...], "itemsize": n, "aligned": bool}``; each field is
-  ``{"name", "title", "offset", "dtype"}`` and a field's dtype is a NumPy dtype string with
-  byte order (``">f8"``, ``"|S3"``, ``"<U2"``, ``"<M8[ns]"``), a subarray ``{"base": ...,
-  "shape": [...]}`` or a nested configuration;
-- :class:`NpyScalar` (``"npystore.scalar"``): configuration ``{"dtype": "<f16"}``.
+With long doubles the configuration also records ``"longdouble": {"itemsize", "nmant",
+"nexp"}`` (``<f16`` is x87 extended on x86_64, IEEE quad on aarch64); opening the array where
+that differs raises :class:`~npystore.errors.UnsupportedError`. Zarr v2 metadata is written
+only where zarr's own v2 form is exact.
 
-Dtypes with long doubles also record the platform's format, ``"longdouble": {"itemsize",
-"nmant", "nexp"}``: ``<f16`` is x87 extended precision on x86_64 but IEEE quad on aarch64, so
-opening such an array where the format differs raises :class:`~npystore.errors.UnsupportedError`.
-Fill values are the base64 of the scalar's raw bytes. Zarr v2 metadata is written only where
-zarr's own v2 form is exact.
-
-zarr tries every registered data type on a NumPy dtype and requires exactly one match, so
-:func:`register_dtypes` also puts :class:`ExactStructuredGate` in place of zarr's
-``structured`` entry: it declines the records zarr would get wrong and otherwise returns zarr's
-own :class:`~zarr.core.dtype.Structured`. Importing this module registers everything.
+zarr tries every registered type on a NumPy dtype and wants exactly one match, so
+:func:`register_dtypes` (run on import) also puts :class:`ExactStructuredGate` under zarr's
+``structured`` key: it declines the records zarr gets wrong and otherwise returns zarr's own
+:class:`~zarr.core.dtype.Structured`.
 """
 
 from __future__ import annotations
@@ -82,9 +77,6 @@ def _has_longdouble(dtype: np.dtype[Any]) -> bool:
     return dtype.char in "gG"
 
 
-_LONGDOUBLE_KEY = {"longdouble"}
-
-
 def _config_of(data: DTypeJSON, name: str, keys: set[str]) -> Mapping[str, object] | None:
     """The configuration of ``{"name": name, "configuration": {keys, "longdouble"?}}``."""
     if not (isinstance(data, Mapping) and set(data) == {"name", "configuration"}):
@@ -93,7 +85,7 @@ def _config_of(data: DTypeJSON, name: str, keys: set[str]) -> Mapping[str, objec
     if (
         data["name"] != name
         or not isinstance(config, Mapping)
-        or set(config) - _LONGDOUBLE_KEY != keys
+        or set(config) - {"longdouble"} != keys
     ):
         return None
     recorded = config.get("longdouble")
@@ -168,7 +160,7 @@ def _leaf_from_str(text: object) -> str:
     """``text`` if it is the dtype string of a non-structured dtype of plain data."""
     try:
         dtype = np.dtype(text) if isinstance(text, str) else None
-    except TypeError:
+    except (TypeError, ValueError, SyntaxError):
         dtype = None
     if dtype is None or dtype.names is not None or dtype.subdtype is not None or dtype.hasobject:
         raise DataTypeValidationError(f"invalid dtype string {text!r} (plain data expected)")
@@ -357,13 +349,7 @@ class NpyStructured(_RawScalars, ZDType[np.dtypes.VoidDType[int], np.void], HasI
 
     @classmethod
     def from_numpy(cls, dtype: np.dtype[Any]) -> Self:
-        """Describe any structured ``dtype`` of plain data, whether zarr handles it or not.
-
-        Raises
-        ------
-        DataTypeValidationError
-            If ``dtype`` has no fields, holds objects, or has a title that is not a string.
-        """
+        """Describe any record ``dtype`` of plain data with string titles, exact or not."""
         if dtype.names is None or dtype.hasobject:
             raise DataTypeValidationError(f"{dtype!r} is not a structured dtype of plain data")
         fields = []
