@@ -176,8 +176,8 @@ _GEN_BLOCK = 4 * 2**20
 def _write_npz(path: Path, nbytes: int) -> dict[str, Any]:
     """A ``savez_compressed``-style archive with one float64 member of ``nbytes`` bytes.
 
-    The data is a random walk of float32 normal steps, stored as float64 (compresses about
-    2.3x). Written block by block through ``zipfile`` as numpy does (deflate level 6, ZIP64
+    The data is a random walk of float32 normal steps, stored as float64 (deflates about
+    2.5-2.8x). Written block by block through ``zipfile`` as numpy does (deflate level 6, ZIP64
     local headers), so it never needs the whole array in memory. A sidecar ``.json`` holds
     the parameters, the archive's size and the data's sum; a matching pair is reused.
     """
@@ -287,9 +287,9 @@ def bench_npz_slice(workdir: Path, size: int, repeat: int) -> Row:
     t0 = time.perf_counter()
     z.build_index(NPZ_MEMBER)
     build = time.perf_counter() - t0
-    slot = z.archive.index_slot(NPZ_MEMBER + ".npy")
+    slot = z.archive.index_slot(z.info(NPZ_MEMBER).entry.name)
     index = slot.get() if slot is not None else None
-    points = len(index.checkpoints) if index is not None else 0
+    points = f"{len(index.checkpoints)} checkpoints" if index is not None else "no index"
     key = slice(start, stop)
     if not np.array_equal(_numpy_member(path, key), z[NPZ_MEMBER][key].compute()):
         raise SystemExit("open_npz(...)[a:b].compute() disagrees with numpy.load(...)[a:b]")
@@ -310,7 +310,7 @@ def bench_npz_slice(workdir: Path, size: int, repeat: int) -> Row:
         note=(
             f"{_describe(meta)}; [{start}:{stop}] of {n} elements "
             f"({(stop - start) * 8 / 2**20:.2f} MiB); index built once before timing: "
-            f"{build:.3f} s, {points} checkpoints"
+            f"{build:.3f} s, {points}"
         ),
     )
 
@@ -402,7 +402,10 @@ def render(rows: list[Row], quick: bool) -> str:
         f"- Versions: {_versions()}",
         "- Times in seconds: median (min..max); ratio = npystore / anchor, lower is better.",
         *(
-            ["- Cells in MB are peak RSS (MiB) of a fresh process; their target is absolute."]
+            [
+                "- Cells in MB are peak RSS (MiB, VmHWM) of a fresh process "
+                "(`benchmarks/_rss_probe.py`); their target is absolute."
+            ]
             if any(r.absolute_target is not None for r in rows)
             else []
         ),

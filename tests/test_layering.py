@@ -1,6 +1,7 @@
 """The import rules that keep the layers apart (see DESIGN.md, "Layers").
 
-- ``formats/`` is pure: stdlib, numpy, codecs (isal, zlib_ng) and npystore's errors/formats.
+- ``formats/`` is pure (no fsspec/dask/zarr/IO): stdlib, numpy, codecs (isal, zlib_ng),
+  scipy.sparse (lazily, for MATLAB sparse values) and npystore's errors/formats.
 - ``layout`` does no IO and knows no face.
 - all IO goes through ``fetch``: fsspec and s3fs are imported nowhere else
   (``testing/`` excepted, it builds servers for the tests and the demo).
@@ -64,8 +65,9 @@ def test_import_rules(path: Path) -> None:
     imports = _imports(path)
     roots = {name.split(".")[0] for name in imports}
     if rel.startswith("formats/"):
-        # codecs are pure computation (bytes in, bytes out): the fast inflaters may be used
-        allowed = STDLIB | {"numpy", "npystore", "isal", "zlib_ng"}
+        # pure computation is allowed (no IO library): the fast inflaters, and scipy.sparse
+        # for decoding MATLAB sparse matrices (imported lazily, only for sparse values)
+        allowed = STDLIB | {"numpy", "npystore", "isal", "zlib_ng", "scipy"}
         assert roots <= allowed, f"{rel} imports {sorted(roots - allowed)}"
         own = {n for n in imports if n.startswith("npystore")}
         assert all(n == "npystore.errors" or n.startswith("npystore.formats") for n in own), own
