@@ -250,8 +250,8 @@ def _read_whole_deflated(
     reader: RangeReader, layout: ArrayLayout, storage: DeflatedExtent
 ) -> np.ndarray[Any, Any]:
     """The whole member in one sequential pass (CRC checked), viewed without a copy."""
-    buf = bytearray(storage.member.uncompressed_size)
-    inflate_into(reader, storage.member, memoryview(buf))
+    buf = np.empty(storage.member.uncompressed_size, dtype=np.uint8)  # no zero-fill pass
+    inflate_into(reader, storage.member, memoryview(buf.data))
     return np.ndarray(
         layout.shape, dtype=layout.dtype, buffer=buf, offset=storage.data_start, order=layout.order
     )
