@@ -852,7 +852,7 @@ def parse_anything(data: bytes) -> None:
             locate(reader, directory, entry)
 
 
-@settings(max_examples=600, deadline=250, database=None)
+@settings(max_examples=600, deadline=None, database=None)
 @given(data=mutated_archives())
 def test_mutations_raise_only_documented_errors(data: bytes) -> None:
     started = time.perf_counter()
