@@ -161,7 +161,7 @@ def to_kerchunk(
         if span is not None:
             refs[key] = [target, span[0], span[1] - span[0]]
             continue
-        size = _chunk_nbytes(node)
+        size = node.chunk_nbytes()
         if size > MAX_INLINE_CHUNK:
             raise UnsupportedError(
                 f"{node.array.source}: chunk {key} must be inlined (edge, non-contiguous or "
@@ -172,13 +172,6 @@ def to_kerchunk(
     result = {"version": 1, "refs": refs}
     json.dumps(result)  # fail here, not in the caller, if anything is not JSON
     return result
-
-
-def _chunk_nbytes(node: Any) -> int:
-    n = 1
-    for c in node.chunks():
-        n *= c
-    return int(n * node.array.layout.dtype.itemsize)
 
 
 def _direct_range(node: Any, index: tuple[int, ...]) -> tuple[int, int] | None:

@@ -41,7 +41,7 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 from npystore.access import LayoutArray, read_selection
 from npystore.errors import UnsupportedError
 from npystore.faces.dtypes import zarr_dtype_for
-from npystore.layout import DeflatedExtent, contiguous_chunks
+from npystore.layout import contiguous_chunks
 
 __all__ = ["ArrayNode", "GroupNode", "LayoutStore", "node_name"]
 
@@ -89,6 +89,10 @@ class ArrayNode:
         layout = self.array.layout
         grid = contiguous_chunks(layout.shape, layout.dtype.itemsize, layout.order, CHUNK_TARGET)
         return tuple(max(1, c[0]) if c else 1 for c in grid)
+
+    def chunk_nbytes(self) -> int:
+        """Bytes of one full (padded) chunk."""
+        return math.prod(self.chunks()) * self.array.layout.dtype.itemsize
 
 
 @dataclass(frozen=True)
@@ -328,7 +332,7 @@ class LayoutStore(Store):
             return len(self._metadata_bytes(path))
         node = self._nodes[path]
         assert isinstance(node, ArrayNode)
-        return math.prod(node.chunks()) * node.array.layout.dtype.itemsize
+        return node.chunk_nbytes()
 
     def _keys(self) -> Iterable[str]:
         for path, node in self._nodes.items():
@@ -398,8 +402,3 @@ def _slice(value: bytes, byte_range: ByteRequest | None) -> bytes:
     if isinstance(byte_range, SuffixByteRequest):
         return value[-byte_range.suffix :] if byte_range.suffix else b""
     raise TypeError(f"Unexpected byte_range, got {byte_range!r}")
-
-
-def deflated(node: ArrayNode) -> bool:
-    """Whether the node's chunks are inflated (not plain byte ranges)."""
-    return isinstance(node.array.layout.storage, DeflatedExtent)
