@@ -14,7 +14,7 @@ import math
 import pickle
 from collections.abc import Iterator
 from itertools import islice
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import numpy as np
 
@@ -23,8 +23,12 @@ from npystore.fetch import RangeReader
 from npystore.inflate import inflate_into, inflate_range_into
 from npystore.layout import (
     ArrayLayout,
+    ChunkedExtent,
+    ConvertedExtent,
     DeflatedExtent,
     Hyperslab,
+    InlineExtent,
+    PickledExtent,
     Piece,
     RawExtent,
     ReadPlan,
@@ -32,7 +36,7 @@ from npystore.layout import (
     plan_reads,
 )
 
-__all__ = ["LayoutArray", "normalize_key", "read_selection"]
+__all__ = ["LayoutArray", "convert_values", "normalize_key", "read_selection"]
 
 #: Pieces fetched per batch (bounds memory and keeps many requests in flight).
 _BATCH: Final = 1024
@@ -170,8 +174,23 @@ def read_selection(
     numpy.ndarray
         Shape ``count`` per dimension, the layout's dtype and memory order.
     """
-    if isinstance(layout.storage, DeflatedExtent):
-        return _read_deflated(reader, layout, layout.storage, selection)
+    storage = layout.storage
+    if isinstance(storage, DeflatedExtent):
+        return _read_deflated(reader, layout, storage, selection)
+    if isinstance(storage, InlineExtent):
+        return _read_inline(layout, storage, selection)
+    if isinstance(storage, ConvertedExtent):
+        real = read_selection(reader, storage.real, selection, parallel=parallel)
+        imag = (
+            None
+            if storage.imag is None
+            else read_selection(reader, storage.imag, selection, parallel=parallel)
+        )
+        return convert_values(layout.dtype, real, imag)
+    if isinstance(storage, ChunkedExtent):
+        from npystore.chunked import read_chunked  # noqa: PLC0415 - chunked imports access
+
+        return read_chunked(reader, layout, storage, selection, parallel=parallel)
     plan = plan_reads(layout, selection, max_gap=reader.max_gap, max_span=reader.max_span)
     dtype = layout.dtype
     nbytes = math.prod(plan.shape) * dtype.itemsize
@@ -211,6 +230,43 @@ def _read_batch(
                 piece.shape, dtype=plan.layout.dtype, buffer=data, strides=plan.strides
             )
             out[tuple(slice(b, e) for b, e in piece.region)] = view
+
+
+def convert_values(
+    dtype: np.dtype[Any], real: np.ndarray[Any, Any], imag: np.ndarray[Any, Any] | None
+) -> np.ndarray[Any, Any]:
+    """Stored values as ``dtype``: a cast, or a complex array from two parts or from a
+    ``{real, imag}`` compound. Keeps the memory order of ``real``."""
+    order: Literal["C", "F"] = (
+        "F" if real.flags.f_contiguous and not real.flags.c_contiguous else "C"
+    )
+    with np.errstate(all="ignore"):
+        if dtype.kind == "c":
+            out = np.empty(real.shape, dtype, order=order)
+            if real.dtype.names is not None:
+                out.real = real["real"]
+                out.imag = real["imag"]
+            else:
+                out.real = real
+                out.imag = 0 if imag is None else imag
+            return out
+        if dtype == np.bool_ and real.dtype != np.bool_:
+            return np.asarray(real != 0, order=order)
+        return real.astype(dtype, order=order)
+
+
+def _read_inline(
+    layout: ArrayLayout, storage: InlineExtent, selection: Hyperslab
+) -> np.ndarray[Any, Any]:
+    if len(storage.data) != layout.nbytes:
+        raise FormatError(
+            f"inline data holds {len(storage.data)} bytes, expected {layout.nbytes} for "
+            f"{layout.shape} {layout.dtype}"
+        )
+    whole: np.ndarray[Any, Any] = np.ndarray(
+        layout.shape, dtype=layout.dtype, buffer=storage.data, order=layout.order
+    )
+    return np.array(whole[_as_index(selection)], order=layout.order)
 
 
 def _read_deflated(
@@ -263,8 +319,10 @@ def _load_pickled(reader: RangeReader, layout: ArrayLayout) -> np.ndarray[Any, A
         whole = bytearray(storage.member.uncompressed_size)
         inflate_into(reader, storage.member, memoryview(whole))
         data = bytes(whole[storage.data_start :])
-    else:
+    elif isinstance(storage, RawExtent | PickledExtent):
         data = reader.read(storage.offset, storage.offset + storage.nbytes)
+    else:
+        raise TypeError(f"object arrays are never stored as {type(storage).__name__}")
     try:
         value = pickle.loads(data)
     except Exception as exc:
@@ -358,6 +416,18 @@ class LayoutArray:
             return _load_pickled(self.reader, self.layout)
         if isinstance(storage, DeflatedExtent):
             return _read_whole_deflated(self.reader, self.layout, storage)
+        if isinstance(storage, ConvertedExtent):
+            real = LayoutArray(self.reader, storage.real, source=self.source).read(
+                parallel=parallel
+            )
+            imag = (
+                None
+                if storage.imag is None
+                else LayoutArray(self.reader, storage.imag, source=self.source).read(
+                    parallel=parallel
+                )
+            )
+            return convert_values(self.layout.dtype, real, imag)
         return read_selection(
             self.reader, self.layout, full_selection(self.shape), parallel=parallel
         )

@@ -26,10 +26,14 @@ from npystore.formats.deflate import DeflateIndex
 
 __all__ = [
     "ArrayLayout",
+    "ChunkedExtent",
+    "ConvertedExtent",
     "DeflatedExtent",
     "DeflatedMember",
+    "Filter",
     "Hyperslab",
     "IndexSlot",
+    "InlineExtent",
     "Order",
     "Piece",
     "PickledExtent",
@@ -39,6 +43,7 @@ __all__ = [
     "contiguous_chunks",
     "full_selection",
     "plan_reads",
+    "storage_token",
 ]
 
 Order = Literal["C", "F"]
@@ -149,7 +154,133 @@ class DeflatedExtent:
         return ("deflated", self.member, self.data_start, self.nbytes)
 
 
-Storage = RawExtent | PickledExtent | DeflatedExtent
+@dataclass(frozen=True, slots=True)
+class InlineExtent:
+    """The elements' bytes are held in the layout itself (an HDF5 compact dataset, values
+    that arrived with the metadata): ``data`` holds them back to back in the layout's order,
+    stored dtype."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """One step of an HDF5 filter pipeline, as recorded in the dataset's creation properties.
+
+    Attributes
+    ----------
+    id : int
+        HDF5 filter id (1 deflate, 2 shuffle, 3 fletcher32, ...).
+    name : str
+        Its name, for messages.
+    client_data : tuple of int
+        The filter's parameters (deflate: level; shuffle: element size).
+    optional : bool
+        The filter may have been skipped for a chunk (its bit in the chunk's filter mask).
+    """
+
+    id: int
+    name: str
+    client_data: tuple[int, ...] = ()
+    optional: bool = False
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ChunkedExtent:
+    """The array is cut into equal chunks stored apart, each maybe filtered (HDF5 chunked).
+
+    Every chunk, edge chunks included, decodes to ``prod(chunk_shape)`` elements of the
+    stored dtype in the layout's order (edge chunks are padded, as HDF5 stores them).
+
+    Attributes
+    ----------
+    chunk_shape : tuple of int
+        Shape of one chunk, in the layout's axes.
+    offsets : numpy.ndarray
+        int64, shape = the chunk grid (``ceil(shape / chunk_shape)`` per axis, layout axes):
+        absolute offset of each chunk's stored bytes in the object, -1 for a chunk that was
+        never written (it reads as ``fill``).
+    sizes : numpy.ndarray
+        int64, same shape: stored (filtered) bytes of each chunk.
+    filter_masks : numpy.ndarray
+        uint32, same shape: bit ``i`` set means filter ``i`` was skipped for that chunk.
+    filters : tuple of Filter
+        The pipeline in the order it was applied when writing (undone in reverse).
+    fill : bytes
+        One element of the stored dtype for chunks never written ("" means zeros).
+    """
+
+    chunk_shape: tuple[int, ...]
+    offsets: np.ndarray[Any, np.dtype[np.int64]]
+    sizes: np.ndarray[Any, np.dtype[np.int64]]
+    filter_masks: np.ndarray[Any, np.dtype[np.uint32]]
+    filters: tuple[Filter, ...] = ()
+    fill: bytes = b""
+
+    def token(self) -> tuple[object, ...]:
+        """What identifies the bytes (for dask names and equality)."""
+        return (
+            "chunked",
+            self.chunk_shape,
+            self.offsets.tobytes(),
+            self.sizes.tobytes(),
+            self.filter_masks.tobytes(),
+            self.filters,
+            self.fill,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ChunkedExtent) and self.token() == other.token()
+
+    def __hash__(self) -> int:
+        return hash(self.token())
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        """Chunks per axis."""
+        return tuple(int(n) for n in self.offsets.shape)
+
+
+@dataclass(frozen=True, slots=True)
+class ConvertedExtent:
+    """Values stored in another type than the array's: read the parts, then convert.
+
+    MATLAB stores a double array of small integers as uint8 (v5), a logical as uint8, a
+    complex array as two parts (v5) or as a ``{real, imag}`` compound (v7.3). The layout's
+    dtype is the result type; each part is a layout of the same shape and order with its
+    stored dtype.
+
+    Attributes
+    ----------
+    real : ArrayLayout
+        The stored values, or the ``real``/``imag`` compound.
+    imag : ArrayLayout or None
+        The stored imaginary part, when kept apart.
+    """
+
+    real: ArrayLayout
+    imag: ArrayLayout | None = None
+
+
+Storage = (
+    RawExtent | PickledExtent | DeflatedExtent | InlineExtent | ChunkedExtent | ConvertedExtent
+)
+
+
+def storage_token(storage: Storage) -> object:
+    """A deterministic, hashable description of where a layout's bytes are (dask names)."""
+    if isinstance(storage, DeflatedExtent | ChunkedExtent):
+        return storage.token()
+    if isinstance(storage, ConvertedExtent):
+        parts = [storage.real] if storage.imag is None else [storage.real, storage.imag]
+        return (
+            "converted",
+            *(
+                (p.dtype.str, p.dtype.descr, p.shape, p.order, storage_token(p.storage))
+                for p in parts
+            ),
+        )
+    return storage
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +295,7 @@ class ArrayLayout:
         Logical shape of the array.
     order : {"C", "F"}
         Memory order of the stored elements.
-    storage : RawExtent or PickledExtent
+    storage : Storage
         Where the bytes are and how they decode.
     """
 

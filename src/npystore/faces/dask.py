@@ -18,9 +18,16 @@ from dask.base import tokenize
 from dask.utils import parse_bytes
 
 from npystore.access import LayoutArray
-from npystore.layout import DeflatedExtent, Storage, contiguous_chunks
+from npystore.layout import (
+    ArrayLayout,
+    ChunkedExtent,
+    ConvertedExtent,
+    DeflatedExtent,
+    contiguous_chunks,
+    storage_token,
+)
 
-__all__ = ["ChunksSpec", "normalize_layout_chunks", "to_dask"]
+__all__ = ["ChunksSpec", "native_chunks", "normalize_layout_chunks", "to_dask"]
 
 ChunksSpec = Any  # whatever dask accepts: "auto", int, tuple, dict, -1, None
 #: Largest "auto" chunk of a deflated member.
@@ -37,9 +44,16 @@ def normalize_layout_chunks(array: LayoutArray, chunks: ChunksSpec) -> tuple[tup
     layout = array.layout
     if layout.dtype.hasobject:  # a pickle: read whole
         return tuple((n,) for n in layout.shape)
+    native = native_chunks(layout)
+    if native is not None:
+        # chunks made of whole stored chunks: each stored chunk is fetched and decoded once
+        aligned: tuple[tuple[int, ...], ...] = da.core.normalize_chunks(  # type: ignore[no-untyped-call]
+            chunks, layout.shape, dtype=layout.dtype, previous_chunks=native
+        )
+        return aligned
     if isinstance(chunks, str) and chunks == "auto":
         target = parse_bytes(dask.config.get("array.chunk-size"))
-        if isinstance(layout.storage, DeflatedExtent):
+        if isinstance(_base_storage(layout), DeflatedExtent):
             # each chunk inflates into a temporary buffer: keep memory per task bounded
             target = min(target, DEFLATED_CHUNK_TARGET)
         return contiguous_chunks(layout.shape, layout.dtype.itemsize, layout.order, target)
@@ -49,10 +63,21 @@ def normalize_layout_chunks(array: LayoutArray, chunks: ChunksSpec) -> tuple[tup
     return normalized
 
 
-def _storage_token(storage: Storage) -> object:
-    if isinstance(storage, DeflatedExtent):
-        return storage.token()
+def _base_storage(layout: ArrayLayout) -> object:
+    storage = layout.storage
+    while isinstance(storage, ConvertedExtent):
+        storage = storage.real.storage
     return storage
+
+
+def native_chunks(layout: ArrayLayout) -> tuple[int, ...] | None:
+    """The stored chunk shape of a chunked layout (``None`` for byte-addressable storage)."""
+    storage = _base_storage(layout)
+    if isinstance(storage, ChunkedExtent):
+        return tuple(
+            min(c, n) if n else c for c, n in zip(storage.chunk_shape, layout.shape, strict=True)
+        )
+    return None
 
 
 def to_dask(array: LayoutArray, chunks: ChunksSpec = "auto", *, prefix: str = "npy") -> da.Array:
@@ -76,7 +101,7 @@ def to_dask(array: LayoutArray, chunks: ChunksSpec = "auto", *, prefix: str = "n
     token = tokenize(
         "npystore-v1",
         array.reader.token,
-        layout.storage,
+        storage_token(layout.storage),
         layout.shape,
         str(layout.dtype),
         layout.dtype.descr if layout.dtype.names else layout.dtype.str,
