@@ -9,7 +9,8 @@ same process right after the anchor's, with the page cache warm for local files.
 rows run each side in a fresh subprocess (``_rss_probe.py``), alternating the same way.
 
 ``--only NAME[,NAME]`` reruns some scenarios: ``npy-load``, ``npy-dask`` (local ``.npy``),
-``npz-load``, ``npz-slice``, ``npz-rss`` (a ``savez_compressed``-style deflated member).
+``npz-load``, ``npz-slice``, ``npz-rss`` (a ``savez_compressed``-style deflated member),
+``mat73-load``, ``mat73-s3`` (a MATLAB v7.3 variable, local and on loopback S3 + 30 ms).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import numpy as np
 import npystore
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # the helper modules next to this script
 
 
 @dataclass
@@ -390,6 +392,72 @@ def _versions() -> str:
     )
 
 
+# -- MATLAB v7.3: one 200 MB variable ---------------------------------------------------
+
+
+def bench_mat73_load(workdir: Path, size: int, repeat: int) -> Row:
+    import mat73
+
+    from mat import check, make_file
+
+    path, value = make_file(workdir, size)
+    _warm(path)
+    check(npystore.open_mat(str(path)).load("x"), value)
+    np.testing.assert_array_equal(mat73.loadmat(str(path))["x"], value)
+    ours, anchor = _interleaved(
+        lambda: npystore.open_mat(str(path)).load("x"),
+        lambda: mat73.loadmat(str(path))["x"],
+        repeat,
+    )
+    mb = value.nbytes / 1e6
+    return Row(
+        scenario=f"local MAT v7.3, one {mb:.0f} MB double variable (MATLAB layout): "
+        "open_mat().load vs mat73.loadmat",
+        ours=Timing("npystore", ours),
+        anchor=Timing("mat73.loadmat", anchor),
+        target=0.5,
+        note=f"file {path.stat().st_size / 1e6:.0f} MB, deflate level 3, 64 KiB chunks; "
+        "issue 5 target",
+    )
+
+
+def bench_mat73_s3(workdir: Path, size: int, repeat: int) -> Row:
+    import fsspec
+    import h5py
+
+    from _s3 import latency, rclone_s3, storage_options
+    from mat import check, make_file
+
+    path, value = make_file(workdir, size)
+    with rclone_s3(workdir / "s3") as endpoint:
+        (workdir / "s3" / "bench").mkdir(parents=True, exist_ok=True)
+        opts = storage_options(endpoint)
+        fs = fsspec.filesystem("s3", **opts)
+        fs.put_file(str(path), "bench/x.mat")
+        url = "s3://bench/x.mat"
+
+        def ours() -> Any:
+            return npystore.open_mat(url, storage_options=opts).load("x")
+
+        def anchor() -> Any:
+            with fs.open("bench/x.mat", "rb") as f, h5py.File(f, "r") as h:
+                return h["x"][()].T
+
+        with latency(fs, 0.030, "bench/x.mat"):
+            check(ours(), value)
+            check(anchor(), value)
+            a, b = _interleaved(ours, anchor, repeat)
+    mb = value.nbytes / 1e6
+    return Row(
+        scenario=f"S3 (rclone, +30 ms/request) MAT v7.3, one {mb:.0f} MB variable: "
+        "open_mat().load vs h5py over s3fs",
+        ours=Timing("npystore", a),
+        anchor=Timing("h5py(s3fs file)", b),
+        target=0.3,
+        note="s3fs default read-ahead (50 MiB blocks); issue 5 target",
+    )
+
+
 def render(rows: list[Row], quick: bool) -> str:
     lines = [
         "# Benchmark results",
@@ -428,6 +496,8 @@ SCENARIOS: dict[str, tuple[Callable[[Path, int, int], Row], int, int]] = {
     "npz-load": (bench_npz_full_read, 512, 64),
     "npz-slice": (bench_npz_slice, 512, 64),
     "npz-rss": (bench_npz_dask_sum_rss, 1024, 128),
+    "mat73-load": (bench_mat73_load, 200, 32),
+    "mat73-s3": (bench_mat73_s3, 200, 32),
 }
 
 

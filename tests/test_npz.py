@@ -397,5 +397,5 @@ def test_index_cache_is_reused_across_sessions(tmp_path: Path, s3: Any) -> None:
     (entry,) = cache.iterdir()
     entry.write_bytes(b"garbage")
     third = npystore.open_npz(url, storage_options=opts, index_cache=str(cache))
-    np.testing.assert_array_equal(third["x"][:10].compute(), x[:10])
+    np.testing.assert_array_equal(third["x"][-10:].compute(), x[-10:])  # needs the index
     assert entry.read_bytes().startswith(b"NPYSTORE-DFLIDX1")

@@ -18,6 +18,8 @@ from npystore.errors import (
     UnsupportedError,
 )
 from npystore.formats.npy import NpyHeader
+from npystore.matfile import MatFile, open_mat
+from npystore.mattree import MatInfo, MatlabObject, MatStruct
 from npystore.npz import NpzFile, open_npz
 from npystore.stores import open_store, to_kerchunk
 
@@ -34,6 +36,10 @@ __all__ = [
     "ConsistencyError",
     "FetchError",
     "FormatError",
+    "MatFile",
+    "MatInfo",
+    "MatStruct",
+    "MatlabObject",
     "NpyHeader",
     "NpzFile",
     "NpystoreError",
@@ -41,6 +47,7 @@ __all__ = [
     "__version__",
     "load",
     "open",
+    "open_mat",
     "open_npy",
     "open_npz",
     "open_store",

