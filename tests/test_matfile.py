@@ -419,3 +419,42 @@ def test_open_dispatch_from_bytes_of_v5_header(tmp_path: Path) -> None:
     sio.savemat(v4, {"q": np.arange(4.0)}, format="4")
     assert npystore.sniff(v4.getvalue()[:128]) == "mat"
     assert mat4 is not None
+
+
+def with_latency(s3: Any, seconds: float, fn: Any) -> tuple[float, Any]:
+    """Run ``fn`` with ``seconds`` added before every request of the sandbox's client."""
+    import asyncio
+    import time
+
+    s3.fs.ls(s3.bucket)  # connect the client
+    client = s3.fs.s3
+
+    async def sleep(**_: Any) -> None:
+        await asyncio.sleep(seconds)
+
+    client.meta.events.register("before-send.s3", sleep, unique_id="test-latency")
+    try:
+        t0 = time.perf_counter()
+        result = fn()
+        return time.perf_counter() - t0, result
+    finally:
+        client.meta.events.unregister("before-send.s3", unique_id="test-latency")
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_s3_open_and_describe_with_30ms_latency(tmp_path: Path, s3: Any, compress: bool) -> None:
+    """Issue 5: over S3 with 30 ms per request, open and describe a two-variable file in
+    under 1 s (moto's own CPU time per request included)."""
+    path = tmp_path / "two.mat"
+    rng = np.random.default_rng(4)
+    sio.savemat(path, {"signal": rng.standard_normal((3000, 400)), "label": "trial"},
+                do_compression=compress)  # fmt: skip
+    url = s3.put_file(path, "two.mat")
+
+    def open_and_describe() -> str:
+        return npystore.open_mat(url, storage_options=s3.storage_options).describe()
+
+    elapsed, text = with_latency(s3, 0.030, open_and_describe)
+    assert "3000x400" in text
+    assert "label" in text
+    assert elapsed < 1.0, f"{elapsed:.2f} s"
