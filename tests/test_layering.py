@@ -7,6 +7,7 @@
   (``testing/`` excepted, it builds servers for the tests and the demo).
 - faces never parse bytes: they do not import ``npystore.formats``.
 - dask is imported only by faces (and the demo, which uses the library like a user).
+- h5py (HDF5 metadata of MAT v7.3 files) only by ``hdf5.py`` and ``mat_v73.py``.
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ def test_import_rules(path: Path) -> None:
         assert not any(n.startswith("npystore.formats") for n in imports), (
             f"{rel} parses bytes: imports {sorted(imports)}"
         )
+    if rel not in ("hdf5.py", "mat_v73.py"):
+        assert "h5py" not in roots, f"{rel} imports h5py: HDF5 metadata is read in hdf5.py only"
     if not rel.startswith("faces/") and rel != "demo.py":  # the demo is a user of the library
         assert "dask" not in roots, f"{rel} imports dask outside faces/"
 
