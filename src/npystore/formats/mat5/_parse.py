@@ -1,0 +1,301 @@
+"""Parsing a variable: a miMATRIX element into a tree of nodes with DataRefs, no values read."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from npystore.errors import FormatError, UnsupportedError
+from npystore.formats.mat5._char import CharArray, char_dims_problem
+from npystore.formats.mat5._meta import MatrixHeader, _read_field_names, _read_header
+from npystore.formats.mat5._nodes import (
+    CellArray,
+    MatNode,
+    MatVariable,
+    OpaqueObject,
+    StructArray,
+)
+from npystore.formats.mat5._numeric import NumericArray, SparseArray
+from npystore.formats.mat5._tags import (
+    _CHAR_ENCODINGS,
+    _CLASS_DTYPES,
+    _MI_DTYPES,
+    _MI_INTEGERS,
+    CELL,
+    CHAR,
+    DEFAULT_MAX_DEPTH,
+    FUNCTION,
+    MAX_DEPTH_LIMIT,
+    MAX_UNBACKED,
+    MI_DOUBLE,
+    MI_MATRIX,
+    OBJECT,
+    OPAQUE,
+    SPARSE,
+    STRUCT,
+    TAG_SIZE,
+    DataRef,
+    _Bytes,
+    _dt,
+    _Elem,
+    _element,
+    _mi,
+    _Reader,
+)
+
+
+def parse_variable(
+    element: _Bytes,
+    element_offset: int,
+    byte_order: str,
+    *,
+    source: str,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    inflated: bool = False,
+    extra: Mapping[int, _Bytes] | None = None,
+) -> MatVariable:
+    """Describe one top-level variable: a tree of nodes with DataRefs, no values read.
+
+    Parameters
+    ----------
+    element : bytes
+        Bytes from the element's tag on: a miMATRIX element of the file (uncompressed), or
+        the inflated data of a miCOMPRESSED element (its inner miMATRIX) with
+        ``inflated=True``. It may stop short: numeric and char values are never read.
+        Bytes after the element are ignored.
+    element_offset : int
+        Offset of ``element[0]`` in the address space of the result: the entry's
+        absolute offset, or 0 for an inflated buffer.
+    byte_order : str
+        ``header.byte_order``.
+    source : str
+        Name of the file, for messages.
+    max_depth : int
+        Most nesting levels (cells, structs, handles, opaques) below the variable, at
+        most :data:`MAX_DEPTH_LIMIT`.
+    inflated : bool
+        ``element`` is inflated miCOMPRESSED data: offsets refer to that buffer.
+    extra : mapping of int to bytes, optional
+        More bytes of the same address space, keyed by offset: the ranges that earlier
+        calls asked for with NeedMoreBytes.
+
+    Returns
+    -------
+    MatVariable
+
+    Raises
+    ------
+    FormatError
+        Malformed: a subelement outside its matrix, sizes that disagree with the
+        dimensions, bad type codes, nesting deeper than ``max_depth``.
+    UnsupportedError
+        Well-formed content this parser does not read (e.g. char data stored as floats).
+    NeedMoreBytes
+        A tag or small metadata (flags, dimensions, names) at an offset inside the element
+        but outside ``element`` and ``extra``: add that range to ``extra`` and call again.
+    """
+    if not 0 <= max_depth <= MAX_DEPTH_LIMIT:
+        raise ValueError(f"max_depth must be 0 to {MAX_DEPTH_LIMIT}, got {max_depth}")
+    reader = _Reader(element, element_offset, extra, byte_order, source, inflated)
+    pos, end = reader.root()
+    node = _parse_matrix(reader, pos, end, 0, max_depth, f"{source}: {reader.what(pos)}")
+    return MatVariable(node.name, node, pos, end - pos, inflated, node.is_global, source)
+
+
+def _parse_matrix(
+    r: _Reader, pos: int, end: int, depth: int, max_depth: int, where: str
+) -> MatNode:
+    """Parse the miMATRIX at ``pos``, whose tag is known to end at ``end``."""
+    h, cur = _read_header(r, pos, end, where)
+    if depth == 0:
+        where = f"{r.source}: variable {h.name!r}"
+    code, dims, numel = h.class_code, h.dims, math.prod(h.dims)
+    order = r.order
+    if code == 0 and h.size == TAG_SIZE:
+        empty = DataRef(pos + TAG_SIZE, 0, _dt(order, "f8"), MI_DOUBLE)
+        return NumericArray("", (0, 0), "double", False, empty, None, pos, h.size)
+    if code in _CLASS_DTYPES:
+        if h.is_complex and h.is_logical:
+            raise FormatError(f"{where}: array flags say both logical and complex")
+        e = _element(r, cur, end, where, "real part")
+        real = _numeric_ref(e, numel, order, where, "real part", dims)
+        imag = None
+        if h.is_complex:
+            e = _element(r, e.next, end, where, "imaginary part")
+            imag = _numeric_ref(e, numel, order, where, "imaginary part", dims)
+        return NumericArray(
+            h.name, dims, h.matlab_class, h.is_complex, real, imag, pos, h.size, h.is_global
+        )
+    if code == CHAR:
+        e = _element(r, cur, end, where, "char data")
+        encoding, ref = _char_ref(e, numel, order, where, dims)
+        return CharArray(h.name, dims, encoding, ref, pos, h.size, h.is_global)
+    if code == SPARSE:
+        return _parse_sparse(r, h, cur, end, order, where)
+    if code == CELL:
+        _check_children(numel, cur, end, where, f"{numel} cells")
+        labels = (f"{where}{{{i + 1}}}" for i in range(numel))
+        cells = _parse_children(r, cur, end, depth, max_depth, labels)
+        return CellArray(h.name, dims, cells, pos, h.size, h.is_global)
+    if code in (STRUCT, OBJECT):
+        fields, cur = _read_field_names(r, cur, end, where)
+        _check_children(numel * len(fields), cur, end, where, f"{numel} x {len(fields)} fields")
+        labels = (
+            f"{where}({i + 1}).{field}" for i in range(numel if fields else 0) for field in fields
+        )
+        values = _parse_children(r, cur, end, depth, max_depth, labels)
+        class_name = h.matlab_class if code == OBJECT else None
+        return StructArray(h.name, dims, fields, values, class_name, pos, h.size, h.is_global)
+    if code in (FUNCTION, OPAQUE):
+        content, _ = _parse_child(r, cur, end, depth, max_depth, f"{where} (content)")
+        kind = "function_handle" if code == FUNCTION else "opaque"
+        return OpaqueObject(
+            h.name, h.matlab_class, kind, code, h.type_system, dims, content, pos, h.size,
+            h.is_global,
+        )  # fmt: skip
+    return OpaqueObject(
+        h.name, h.matlab_class, "unknown", code, "", dims, None, pos, h.size, h.is_global
+    )
+
+
+def _parse_child(
+    r: _Reader, pos: int, end: int, depth: int, max_depth: int, where: str
+) -> tuple[MatNode, int]:
+    """Parse the nested miMATRIX at ``pos``; return it and the offset after it."""
+    if depth + 1 > max_depth:
+        raise FormatError(f"{where}: nested more than max_depth={max_depth} levels deep")
+    if pos + TAG_SIZE > end:
+        raise FormatError(
+            f"{where}: expected a miMATRIX tag at offset {pos}, {max(0, end - pos)} bytes "
+            "are left in the enclosing matrix"
+        )
+    mdtype, nbytes = r.pair.unpack(r.take(pos, TAG_SIZE))
+    if mdtype != MI_MATRIX:
+        raise FormatError(
+            f"{where}: expected a miMATRIX tag at offset {pos}, found data type {_mi(mdtype)}"
+        )
+    if nbytes > end - pos - TAG_SIZE:
+        raise FormatError(
+            f"{where}: the miMATRIX at offset {pos} claims {nbytes} bytes, "
+            f"{end - pos - TAG_SIZE} are left in the enclosing matrix"
+        )
+    child_end = pos + TAG_SIZE + nbytes
+    return _parse_matrix(r, pos, child_end, depth + 1, max_depth, where), child_end
+
+
+def _parse_children(
+    r: _Reader, pos: int, end: int, depth: int, max_depth: int, labels: Iterable[str]
+) -> tuple[MatNode, ...]:
+    """Parse consecutive nested miMATRIX elements from ``pos``, one per label (its name in
+    messages): the walk shared by cell elements and struct fields."""
+    nodes: list[MatNode] = []
+    for label in labels:
+        node, pos = _parse_child(r, pos, end, depth, max_depth, label)
+        nodes.append(node)
+    return tuple(nodes)
+
+
+def _check_children(count: int, cur: int, end: int, where: str, what: str) -> None:
+    """``count`` nested matrices take at least 8 bytes each: refuse absurd counts early."""
+    if count * TAG_SIZE > end - cur:
+        raise FormatError(
+            f"{where}: {what} need at least {count * TAG_SIZE} bytes, {end - cur} are left "
+            "in the matrix"
+        )
+
+
+def _numeric_ref(
+    e: _Elem, numel: int, order: str, where: str, what: str, dims: tuple[int, ...]
+) -> DataRef:
+    """A DataRef for numeric values, which must be ``numel`` of them."""
+    code = _MI_DTYPES.get(e.mdtype)
+    if code is None:
+        raise FormatError(f"{where}: the {what} is {_mi(e.mdtype)}, expected a numeric type")
+    dtype = _dt(order, code)
+    if e.nbytes != numel * dtype.itemsize:
+        raise FormatError(
+            f"{where}: the {what} holds {e.nbytes} bytes of {_mi(e.mdtype)}, expected "
+            f"{numel * dtype.itemsize} ({numel} values for dims {dims})"
+        )
+    return DataRef(e.data, e.nbytes, dtype, e.mdtype)
+
+
+def _char_ref(
+    e: _Elem, numel: int, order: str, where: str, dims: tuple[int, ...]
+) -> tuple[str, DataRef]:
+    """The encoding and DataRef of char data, sizes checked against ``numel``."""
+    spec = _CHAR_ENCODINGS.get(e.mdtype)
+    if spec is None:
+        if e.mdtype in _MI_DTYPES:
+            raise UnsupportedError(f"{where}: char data stored as {_mi(e.mdtype)}")
+        raise FormatError(f"{where}: char data is {_mi(e.mdtype)}, expected miUTF8/16/32")
+    encoding, unit = spec
+    dtype = _dt(order, unit)
+    problem = char_dims_problem(dims)
+    if problem:
+        raise FormatError(f"{where}: {problem}")
+    if e.nbytes == 0:
+        ok = numel <= MAX_UNBACKED
+    elif encoding == "utf-8":
+        ok = numel <= e.nbytes <= 4 * numel
+    else:
+        ok = e.nbytes == numel * dtype.itemsize
+    if not ok:
+        raise FormatError(
+            f"{where}: {e.nbytes} bytes of {_mi(e.mdtype)} char data, expected "
+            f"{numel * dtype.itemsize}{' to ' + str(4 * numel) if encoding == 'utf-8' else ''} "
+            f"for dims {dims}"
+        )
+    return encoding, DataRef(e.data, e.nbytes, dtype, e.mdtype)
+
+
+def _parse_sparse(
+    r: _Reader, h: MatrixHeader, cur: int, end: int, order: str, where: str
+) -> SparseArray:
+    """The ir, jc, pr (and pi) subelements of a sparse matrix."""
+    if len(h.dims) != 2:
+        raise FormatError(f"{where}: sparse with dimensions {h.dims}, expected 2")
+    refs: list[DataRef] = []
+    labels = ["row indices (ir)", "column starts (jc)", "real part (pr)"]
+    for what in labels + (["imaginary part (pi)"] if h.is_complex else []):
+        e = _element(r, cur, end, where, what)
+        cur = e.next
+        code = _MI_DTYPES.get(e.mdtype)
+        if code is None or (what in labels[:2] and e.mdtype not in _MI_INTEGERS):
+            kind = "an integer" if what in labels[:2] else "a numeric"
+            raise FormatError(f"{where}: the {what} is {_mi(e.mdtype)}, expected {kind} type")
+        dtype = _dt(order, code)
+        is_pr = what == labels[2]
+        if h.is_logical and is_pr and dtype.itemsize > 1 and _bytewise(e.nbytes, dtype, refs[0]):
+            dtype = _dt(order, "u1")  # MATLAB: one byte per value, declared miDOUBLE
+        if e.nbytes % dtype.itemsize:
+            raise FormatError(
+                f"{where}: the {what} holds {e.nbytes} bytes of {_mi(e.mdtype)}, expected a "
+                f"multiple of {dtype.itemsize}"
+            )
+        refs.append(DataRef(e.data, e.nbytes, dtype, e.mdtype))
+    ncols = h.dims[1]
+    if refs[1].count < ncols + 1:
+        raise FormatError(
+            f"{where}: {refs[1].count} column starts (jc), expected {ncols + 1} for {ncols} columns"
+        )
+    if h.is_complex and refs[3].count != refs[2].count:
+        raise FormatError(
+            f"{where}: {refs[2].count} real and {refs[3].count} imaginary values, expected "
+            "as many of each"
+        )
+    if h.is_complex and h.is_logical:
+        raise FormatError(f"{where}: array flags say both logical and complex")
+    pi = refs[3] if h.is_complex else None
+    return SparseArray(
+        h.name, h.dims, h.matlab_class, h.is_complex, h.nzmax, refs[0], refs[1], refs[2], pi,
+        h.offset, h.size, h.is_global,
+    )  # fmt: skip
+
+
+def _bytewise(nbytes: int, dtype: np.dtype[Any], ir: DataRef) -> bool:
+    """Whether logical sparse values declared wider than a byte are one byte each."""
+    return bool(nbytes % dtype.itemsize) or nbytes == ir.count
