@@ -458,3 +458,42 @@ def test_s3_open_and_describe_with_30ms_latency(tmp_path: Path, s3: Any, compres
     assert "3000x400" in text
     assert "label" in text
     assert elapsed < 1.0, f"{elapsed:.2f} s"
+
+
+def _savemat73(path: Path, data: dict[str, Any]) -> None:
+    hdf5storage = pytest.importorskip("hdf5storage")
+    hdf5storage.savemat(str(path), data, format="7.3", matlab_compatible=True)
+
+
+def test_s3_v73_first_column_of_compressed_matrix(tmp_path: Path, s3: Any) -> None:
+    """Issue 5, v7.3: one column of a 2000x2000 compressed double matrix (hdf5storage:
+    deflate + shuffle + fletcher32, chunked) moves less than 25% of the file."""
+    path = tmp_path / "col73.mat"
+    rng = np.random.default_rng(5)
+    x = np.round(rng.standard_normal((2000, 2000)), 3)
+    _savemat73(path, {"x": x})
+    size = path.stat().st_size
+    url = s3.put_file(path, "col73.mat")
+    f = npystore.open_mat(url, storage_options=s3.storage_options)
+    for j in (0, 1234):
+        with s3.counter.measure() as m:
+            col = f["x"][:, j].compute()
+        np.testing.assert_array_equal(col, x[:, j])
+        assert m.bytes < 0.25 * size, (j, m.bytes, size)
+
+
+def test_s3_v73_open_and_describe_with_30ms_latency(tmp_path: Path, s3: Any) -> None:
+    """Issue 5, v7.3: open and describe a two-variable file over S3 with 30 ms per
+    request in under 1 s."""
+    path = tmp_path / "two73.mat"
+    rng = np.random.default_rng(6)
+    _savemat73(path, {"signal": rng.standard_normal((3000, 400)), "label": "trial"})
+    url = s3.put_file(path, "two73.mat")
+
+    def open_and_describe() -> str:
+        return npystore.open_mat(url, storage_options=s3.storage_options).describe()
+
+    elapsed, text = with_latency(s3, 0.030, open_and_describe)
+    assert "3000x400" in text
+    assert "label" in text
+    assert elapsed < 1.0, f"{elapsed:.2f} s"
