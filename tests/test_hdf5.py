@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import mat_corpus
 from npystore.access import LayoutArray, read_selection
 from npystore.blockfile import BlockFile
 from npystore.errors import FormatError, UnsupportedError
@@ -26,7 +27,7 @@ from npystore.hdf5 import AddressCheck, chunk_records, dataset_layout, open_h5
 from npystore.layout import ArrayLayout, ChunkedExtent, InlineExtent, RawExtent
 
 RNG = np.random.default_rng(4236)
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "mat"
+CORPUS = mat_corpus.CORPUS
 COMPLEX = np.dtype([("real", "<f8"), ("imag", "<f8")])
 COMPLEX_I4 = np.dtype([("real", "<i4"), ("imag", "<i4")])
 MIXED = np.dtype([("real", "<f8"), ("imag", "<i4")])

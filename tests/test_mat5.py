@@ -21,7 +21,6 @@ import warnings
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -29,6 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import mat_corpus
 from npystore.errors import FormatError, UnsupportedError
 from npystore.formats.mat4 import V4Matrix, parse_v4, scan_v4
 from npystore.formats.mat5 import (
@@ -55,7 +55,7 @@ sio = pytest.importorskip("scipy.io")
 sp = pytest.importorskip("scipy.sparse")
 from scipy.io.matlab import MatlabFunction, MatlabObject, MatlabOpaque  # noqa: E402
 
-CORPUS = Path("/work/shared/testdata/mat")
+CORPUS = mat_corpus.CORPUS
 SRC = "memory://test.mat"
 HOSTILE = (FormatError, UnsupportedError, NeedMoreBytes)
 T = TypeVar("T")

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import mat_corpus
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader, open_reader
 from npystore.mat_v73 import Mat73File
@@ -38,7 +39,7 @@ from npystore.mattree import (
 mat73 = pytest.importorskip("mat73")
 hdf5storage = pytest.importorskip("hdf5storage")
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "mat"
+CORPUS = mat_corpus.CORPUS
 
 
 def corpus_v73() -> list[str]:

@@ -15,10 +15,11 @@ import scipy.io as sio
 import scipy.sparse as sp
 import zarr
 
+import mat_corpus
 import npystore
 from npystore import MatlabObject, MatStruct
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "mat"
+CORPUS = mat_corpus.CORPUS
 
 
 def corpus() -> list[str]:
