@@ -267,3 +267,35 @@ def test_malformed_grids_are_format_errors(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match=r"chunk \(1, 2\): an unfiltered chunk of 792 bytes"):
         read_selection(reader, replace_storage(layout, sizes=short), whole)
     assert math.prod(s.grid) == 12
+
+
+def test_queued_decoding_groups_still_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The calling thread decodes its group first; groups still queued in the pool when it
+    is done must still run (cancelling them on success would leave chunks unwritten)."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = RNG.standard_normal((64, 64))
+    layout = build(tmp_path / "c.bin", data, (8, 8), "C", deflate_every=1)
+    busy = ThreadPoolExecutor(max_workers=1)
+    busy.submit(time.sleep, 0.2)  # the pool's only worker is busy: groups queue behind
+    monkeypatch.setattr(chunked, "_cpus", lambda: 4)
+    monkeypatch.setattr(chunked, "_pool", lambda name: busy)
+    try:
+        got = read_selection(open_reader(str(tmp_path / "c.bin")), layout, ((0, 64, 1), (0, 64, 1)))
+    finally:
+        busy.shutdown()
+    np.testing.assert_array_equal(got, data)
+
+
+def test_batches_are_read_ahead_while_earlier_ones_decode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = RNG.standard_normal((64, 64))
+    layout = build(tmp_path / "c.bin", data, (8, 8), "F", deflate_every=1)
+    monkeypatch.setattr(chunked, "_BATCH_BYTES", 2000)
+    reader = CountingReader(open_reader(str(tmp_path / "c.bin")))
+    got = read_selection(reader, layout, ((0, 64, 1), (0, 64, 1)))
+    np.testing.assert_array_equal(got, data)
+    assert len(reader.into) > 4  # several batches, each ranges cut to the batch size
+    assert all(b - a <= 2000 for r in reader.into for a, b in r)

@@ -4,12 +4,16 @@
 as few range requests as the file allows: chunks whose bytes are neighbours share a range, and
 every range of a batch goes in one :meth:`~npystore.fetch.RangeReader.readinto_many` call
 (into uninitialised buffers: no zero-fill, and no copy for local files). It then undoes each
-chunk's filters (:func:`npystore.formats.h5filters.decode_chunk`, in a thread pool when there
-are several: inflating releases the GIL) and copies the selected part of each chunk into one
-preallocated output array. Chunks never written read as the fill value.
+chunk's filters (:func:`npystore.formats.h5filters.decode_chunk`) and copies the selected part
+of each chunk into one preallocated output array; a batch's chunks are split into one
+contiguous group per CPU, the calling thread decoding the first (inflating releases the GIL).
+Batches are read ahead while earlier ones decode (one batch locally, three remotely, where
+each batch is several concurrent requests), so download and inflate overlap. Chunks never
+written read as the fill value.
 
 Memory stays bounded: chunks are planned in groups of at most ``_PLAN_CHUNKS`` and read in
-batches of at most about ``_BATCH_BYTES`` stored bytes.
+batches of at most about ``_BATCH_BYTES`` stored bytes, at most ``1 + readahead`` batches
+held at once.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from __future__ import annotations
 import math
 import os
 import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -33,9 +38,14 @@ __all__ = ["read_chunked"]
 
 #: Chunks planned (sorted by offset, merged into ranges) together.
 _PLAN_CHUNKS: Final = 65536
-#: Stored bytes fetched by one ``readinto_many`` batch (a single larger range goes alone).
-_BATCH_BYTES: Final = 64 * 2**20
-#: Filtered chunks in a batch from which decoding moves to the thread pool.
+#: Stored bytes fetched by one ``readinto_many`` batch (a single larger range goes alone);
+#: merged ranges are cut to fit it, so that decoding one batch overlaps reading the next.
+_BATCH_BYTES: Final = 16 * 2**20
+#: Batches read ahead of the one being decoded: local reads are memory copies, remote ones
+#: wait on round trips (each batch is several concurrent requests).
+_LOCAL_READAHEAD: Final = 1
+_REMOTE_READAHEAD: Final = 3
+#: Chunks per decoding thread below which a batch is decoded in the calling thread.
 _POOL_MIN_CHUNKS: Final = 4
 
 #: A chunk to decode: its stored bytes, filter mask and per-axis hit positions.
@@ -44,19 +54,31 @@ _Task = tuple[memoryview, int, tuple[int, ...]]
 _Range = tuple[int, int, list[int]]
 
 _pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-_pool_pid: int | None = None
+_pools: dict[str, ThreadPoolExecutor] = {}
+_pools_pid: int | None = None
 
 
-def _decode_pool() -> ThreadPoolExecutor:
-    """A process-wide pool for decoding chunks (recreated after a fork)."""
-    global _pool, _pool_pid  # noqa: PLW0603
+def _cpus() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _pool(name: str) -> ThreadPoolExecutor:
+    """A process-wide pool (``"decode"`` or ``"prefetch"``), recreated after a fork."""
+    global _pools_pid  # noqa: PLW0603
     with _pool_lock:
-        if _pool is None or _pool_pid != os.getpid():
-            workers = max(2, min(16, os.cpu_count() or 1))
-            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="npystore-decode")
-            _pool_pid = os.getpid()
-        return _pool
+        if _pools_pid != os.getpid():
+            _pools.clear()
+            _pools_pid = os.getpid()
+        pool = _pools.get(name)
+        if pool is None:
+            workers = min(16, _cpus()) if name == "decode" else 4
+            pool = _pools[name] = ThreadPoolExecutor(
+                max_workers=workers, thread_name_prefix=f"npystore-{name}"
+            )
+        return pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,37 +295,74 @@ class _Reading:
                 f"{self.reader.size} bytes"
             )
         order = written[np.argsort(offsets[written], kind="stable")]
-        for batch in _batches(_merge(order, offsets, sizes, self.reader)):
-            datas = [np.empty(stop - start, dtype=np.uint8) for start, stop, _ in batch]
-            self.reader.readinto_many(
-                [(r[0], memoryview(d.data)) for r, d in zip(batch, datas, strict=True)],
-                parallel=self.parallel,
-            )
-            tasks: list[_Task] = []
-            for (start, _, members), data in zip(batch, datas, strict=True):
-                view = memoryview(data.data)
-                for i in members:
-                    a = int(offsets[i]) - start
-                    tasks.append((view[a : a + int(sizes[i])], int(masks[i]), rows[i]))
-            self._decode_all(tasks)
+        batches = list(_batches(_merge(order, offsets, sizes, self.reader, _BATCH_BYTES)))
+        fetched = self._fetched(batches)
+        try:
+            for batch, datas in fetched:
+                tasks: list[_Task] = []
+                for (start, _, members), data in zip(batch, datas, strict=True):
+                    view = memoryview(data.data)
+                    for i in members:
+                        a = int(offsets[i]) - start
+                        tasks.append((view[a : a + int(sizes[i])], int(masks[i]), rows[i]))
+                self._decode_all(tasks)
+        finally:
+            fetched.close()
+
+    def _fetch(self, batch: list[_Range]) -> list[np.ndarray[Any, np.dtype[np.uint8]]]:
+        datas = [np.empty(stop - start, dtype=np.uint8) for start, stop, _ in batch]
+        self.reader.readinto_many(
+            [(r[0], memoryview(d.data)) for r, d in zip(batch, datas, strict=True)],
+            parallel=self.parallel,
+        )
+        return datas
+
+    def _fetched(
+        self, batches: list[list[_Range]]
+    ) -> Iterator[tuple[list[_Range], list[np.ndarray[Any, np.dtype[np.uint8]]]]]:
+        """Each batch with its bytes; later batches are read while earlier ones decode."""
+        if len(batches) == 1:
+            yield batches[0], self._fetch(batches[0])
+            return
+        ahead = _LOCAL_READAHEAD if self.reader.local else _REMOTE_READAHEAD
+        pool = _pool("prefetch")
+        inflight: deque[Future[list[np.ndarray[Any, np.dtype[np.uint8]]]]] = deque()
+        try:
+            for k, batch in enumerate(batches):
+                while len(inflight) <= ahead and k + len(inflight) < len(batches):
+                    inflight.append(pool.submit(self._fetch, batches[k + len(inflight)]))
+                datas = inflight.popleft().result()
+                yield batch, datas
+        finally:
+            for future in inflight:
+                future.cancel()
+            wait(inflight)  # no read may outlive the call (its buffers, its errors)
 
     def _decode_all(self, tasks: list[_Task]) -> None:
-        filtered = [t for t in tasks if self._active(t[1])]
-        if len(filtered) < _POOL_MIN_CHUNKS:
-            for t in tasks:
-                self._decode_one(*t)
+        """Decode and place every chunk: in contiguous groups, one per CPU, the calling
+        thread taking the first (inflating releases the GIL)."""
+        n = min(_cpus(), len(tasks) // _POOL_MIN_CHUNKS)
+        if n <= 1 or not any(self._active(t[1]) for t in tasks):
+            self._decode_many(tasks)
             return
-        for t in tasks:
-            if not self._active(t[1]):
-                self._decode_one(*t)
-        pool = _decode_pool()
-        futures: list[Future[None]] = [pool.submit(self._decode_one, *t) for t in filtered]
+        size = -(-len(tasks) // n)
+        groups = [tasks[i : i + size] for i in range(0, len(tasks), size)]
+        pool = _pool("decode")
+        futures: list[Future[None]] = [pool.submit(self._decode_many, g) for g in groups[1:]]
         try:
-            for future in futures:
-                future.result()
-        finally:
+            self._decode_many(groups[0])
+        except BaseException:
             for future in futures:
                 future.cancel()
+            raise
+        finally:
+            wait(futures)  # no decode may outlive the call (it writes into the output)
+        for future in futures:
+            future.result()
+
+    def _decode_many(self, tasks: list[_Task]) -> None:
+        for t in tasks:
+            self._decode_one(*t)
 
     def _active(self, mask: int) -> bool:
         return any(not (mask >> i) & 1 for i in range(len(self.storage.filters)))
@@ -342,10 +401,12 @@ def _merge(
     offsets: np.ndarray[Any, np.dtype[np.int64]],
     sizes: np.ndarray[Any, np.dtype[np.int64]],
     reader: RangeReader,
+    span: int,
 ) -> Iterator[_Range]:
     """Ranges covering the chunks ``order`` (sorted by offset): neighbours separated by at
-    most ``reader.max_gap`` bytes share a range while it spans at most ``reader.max_span``."""
-    max_gap, max_span = reader.max_gap, reader.max_span
+    most ``reader.max_gap`` bytes share a range while it spans at most ``span`` bytes (and
+    ``reader.max_span``)."""
+    max_gap, max_span = reader.max_gap, min(reader.max_span, span)
     start = stop = -1
     members: list[int] = []
     for i in order.tolist():
