@@ -22,7 +22,7 @@ import math
 import os
 import threading
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Final
@@ -319,7 +319,7 @@ class _Reading:
 
     def _fetched(
         self, batches: list[list[_Range]]
-    ) -> Iterator[tuple[list[_Range], list[np.ndarray[Any, np.dtype[np.uint8]]]]]:
+    ) -> Generator[tuple[list[_Range], list[np.ndarray[Any, np.dtype[np.uint8]]]], None, None]:
         """Each batch with its bytes; later batches are read while earlier ones decode."""
         if len(batches) == 1:
             yield batches[0], self._fetch(batches[0])
