@@ -16,6 +16,7 @@ which would be a round trip on an object store.
 
 from __future__ import annotations
 
+import bisect
 import io
 import threading
 from collections import OrderedDict
@@ -93,6 +94,9 @@ class BlockFile(io.RawIOBase):
         #: Number of ``read_many``/``read`` calls made so far (for tests and benchmarks).
         self.fetches = 0
         self._whole: bytes | None = None
+        # extents fetched by preload(): sorted starts, and (start, data) by start
+        self._starts: list[int] = []
+        self._extents: dict[int, bytes] = {}
         if self._size <= whole_file_limit:
             self._whole = reader.read(0, self._size)
             self.fetches = 1
@@ -149,12 +153,78 @@ class BlockFile(io.RawIOBase):
         n = self._copy(start, memoryview(buf))
         return bytes(buf[:n])
 
+    def preload(self, ranges: list[tuple[int, int]]) -> int:
+        """Fetch ``[start, stop)`` ranges in one batch of concurrent requests and keep them,
+        so that later reads lying inside one are served from memory.
+
+        For metadata whose places are known before libhdf5 asks for them (the nodes of one
+        level of a chunk B-tree). Ranges already cached, empty or outside the object are
+        skipped. Returns the number of ranges fetched.
+        """
+        with self._lock:
+            if self.closed:
+                raise ValueError("I/O operation on a closed BlockFile")
+            if self._whole is not None:
+                return 0
+            todo = sorted(
+                {
+                    (a, min(b, self._size))
+                    for a, b in ranges
+                    if 0 <= a < min(b, self._size)
+                    and self._extent(a, min(b, self._size)) is None
+                    and not self._in_blocks(a, min(b, self._size))
+                }
+            )
+        if not todo:
+            return 0
+        datas = self.reader.read_many(todo)
+        with self._lock:
+            self.fetches += 1
+            for (a, _), data in zip(todo, datas, strict=True):
+                if a not in self._extents:
+                    bisect.insort(self._starts, a)
+                self._extents[a] = data
+        return len(todo)
+
+    def cached(self, start: int, stop: int) -> bool:
+        """Whether reading ``[start, stop)`` needs no request."""
+        with self._lock:
+            if self._whole is not None:
+                return True
+            if self._starts and self._extent(start, stop) is not None:
+                return True
+            return self._in_blocks(start, stop)
+
+    def _in_blocks(self, start: int, stop: int) -> bool:
+        bs = self.block_size
+        last = (max(stop, start + 1) - 1) // bs
+        return all(i in self._blocks for i in range(start // bs, last + 1))
+
+    def drop_preloaded(self) -> None:
+        """Forget the extents :meth:`preload` fetched."""
+        with self._lock:
+            self._starts.clear()
+            self._extents.clear()
+
+    def _extent(self, start: int, stop: int) -> bytes | None:
+        """The bytes ``[start, stop)`` if they lie inside one preloaded extent."""
+        i = bisect.bisect_right(self._starts, start) - 1
+        if i < 0:
+            return None
+        a = self._starts[i]
+        data = self._extents[a]
+        if stop - a > len(data):
+            return None
+        return data[start - a : stop - a]
+
     def close(self) -> None:
         """Drop the cache."""
         with self._lock:
             self._blocks.clear()
             self._cached = 0
             self._whole = None
+            self._starts.clear()
+            self._extents.clear()
         super().close()
 
     def _copy(self, start: int, view: memoryview) -> int:
@@ -166,6 +236,8 @@ class BlockFile(io.RawIOBase):
                 raise ValueError("I/O operation on a closed BlockFile")
             if self._whole is not None:
                 view[:n] = self._whole[start : start + n]
+            elif self._starts and (extent := self._extent(start, start + n)) is not None:
+                view[:n] = extent
             elif 2 * n >= self.cache_bytes:
                 self.fetches += 1
                 self.reader.readinto_many([(start, view[:n])])

@@ -7,8 +7,8 @@ every range of a batch goes in one :meth:`~npystore.fetch.RangeReader.readinto_m
 chunk's filters (:func:`npystore.formats.h5filters.decode_chunk`) and copies the selected part
 of each chunk into one preallocated output array; a batch's chunks are split into one
 contiguous group per CPU, the calling thread decoding the first (inflating releases the GIL).
-Batches are read ahead while earlier ones decode (one batch locally, three remotely, where
-each batch is several concurrent requests), so download and inflate overlap. Chunks never
+Batches are read ahead while earlier ones decode (one batch of 16 MiB locally, six of 8 MiB
+remotely, each a concurrent request), so download and inflate overlap. Chunks never
 written read as the fill value.
 
 Memory stays bounded: chunks are planned in groups of at most ``_PLAN_CHUNKS`` and read in
@@ -41,10 +41,12 @@ _PLAN_CHUNKS: Final = 65536
 #: Stored bytes fetched by one ``readinto_many`` batch (a single larger range goes alone);
 #: merged ranges are cut to fit it, so that decoding one batch overlaps reading the next.
 _BATCH_BYTES: Final = 16 * 2**20
-#: Batches read ahead of the one being decoded: local reads are memory copies, remote ones
-#: wait on round trips (each batch is several concurrent requests).
+#: Remote batches are smaller (one request each, decoding starts after the first) and more
+#: of them are read ahead (each waits on a round trip).
+_REMOTE_BATCH_BYTES: Final = 8 * 2**20
+#: Batches read ahead of the one being decoded.
 _LOCAL_READAHEAD: Final = 1
-_REMOTE_READAHEAD: Final = 3
+_REMOTE_READAHEAD: Final = 6
 #: Chunks per decoding thread below which a batch is decoded in the calling thread.
 _POOL_MIN_CHUNKS: Final = 4
 
@@ -74,7 +76,7 @@ def _pool(name: str) -> ThreadPoolExecutor:
             _pools_pid = os.getpid()
         pool = _pools.get(name)
         if pool is None:
-            workers = min(16, _cpus()) if name == "decode" else 4
+            workers = min(16, _cpus()) if name == "decode" else 2 * _REMOTE_READAHEAD
             pool = _pools[name] = ThreadPoolExecutor(
                 max_workers=workers, thread_name_prefix=f"npystore-{name}"
             )
@@ -295,7 +297,8 @@ class _Reading:
                 f"{self.reader.size} bytes"
             )
         order = written[np.argsort(offsets[written], kind="stable")]
-        batches = list(_batches(_merge(order, offsets, sizes, self.reader, _BATCH_BYTES)))
+        limit = _BATCH_BYTES if self.reader.local else min(_BATCH_BYTES, _REMOTE_BATCH_BYTES)
+        batches = list(_batches(_merge(order, offsets, sizes, self.reader, limit), limit))
         fetched = self._fetched(batches)
         try:
             for batch, datas in fetched:
@@ -423,13 +426,13 @@ def _merge(
         yield start, stop, members
 
 
-def _batches(ranges: Iterator[_Range]) -> Iterator[list[_Range]]:
-    """Groups of ranges of at most about ``_BATCH_BYTES`` (one larger range goes alone)."""
+def _batches(ranges: Iterator[_Range], limit: int) -> Iterator[list[_Range]]:
+    """Groups of ranges of at most about ``limit`` bytes (one larger range goes alone)."""
     batch: list[_Range] = []
     total = 0
     for r in ranges:
         size = r[1] - r[0]
-        if batch and total + size > _BATCH_BYTES:
+        if batch and total + size > limit:
             yield batch
             batch, total = [], 0
         batch.append(r)

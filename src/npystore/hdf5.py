@@ -25,6 +25,7 @@ Typical use::
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import weakref
@@ -38,6 +39,7 @@ import numpy as np
 from npystore.blockfile import DEFAULT_BLOCK_SIZE, WHOLE_FILE_LIMIT, BlockFile
 from npystore.errors import FormatError, NpystoreError, UnsupportedError
 from npystore.fetch import RangeReader
+from npystore.formats import h5index
 from npystore.layout import ArrayLayout, ChunkedExtent, Filter, InlineExtent, RawExtent, Storage
 
 __all__ = [
@@ -51,6 +53,8 @@ __all__ = [
     "open_h5",
 ]
 
+_log = logging.getLogger(__name__)
+
 #: Unwritten contiguous datasets up to this size become inline fill values.
 _INLINE_FILL_LIMIT: Final = 16 * 2**20
 #: Chunk size of the never-written chunk grid standing for a larger unwritten dataset.
@@ -61,6 +65,14 @@ _PREFIX_BYTES: Final = 4096
 _CHECK_CHUNK_BYTES: Final = 2**20
 #: The first libhdf5 release that reports chunk addresses with the user block.
 _FIXED_HDF5: Final = (1, 14, 4)
+#: Chunks (in index order) looked at for one already cached, to check addresses with.
+_CACHED_SCAN: Final = 64
+#: Most bytes of chunk B-tree nodes fetched ahead of libhdf5 for one dataset.
+_PRELOAD_BYTES: Final = 32 * 2**20
+#: Most continuation blocks of an object header followed when looking for its layout.
+_MAX_CONTINUATIONS: Final = 64
+#: Largest object header block read when looking for its layout.
+_MAX_HEADER_BLOCK: Final = 2**20
 
 
 class AddressCheck:
@@ -106,12 +118,17 @@ class AddressCheck:
         """Read raw bytes through ``blockfile``'s cache while it is open."""
         self._blockfile = weakref.ref(blockfile)
 
+    def blockfile(self) -> BlockFile | None:
+        """The attached :class:`BlockFile`, while it is open."""
+        blockfile = self._blockfile() if self._blockfile is not None else None
+        return blockfile if blockfile is not None and not blockfile.closed else None
+
     def read_raw(self, start: int, stop: int) -> bytes | None:
         """The file's bytes ``[start, stop)``, or None if they lie outside the file."""
         if start < 0 or stop > self.reader.size:
             return None
-        blockfile = self._blockfile() if self._blockfile is not None else None
-        if blockfile is not None and not blockfile.closed:
+        blockfile = self.blockfile()
+        if blockfile is not None:
             return blockfile.read_at(start, stop)
         return self.reader.read(start, stop)
 
@@ -149,7 +166,21 @@ class AddressCheck:
     def _decide_chunks(
         self, dset: Any, records: Sequence[ChunkRecord], userblock: int, source: str
     ) -> int:
-        small = sorted((r for r in records if r.size <= _CHECK_CHUNK_BYTES), key=lambda r: -r.size)
+        # prefer chunks already in the block cache (near the metadata): no request
+        blockfile = self.blockfile()
+        cached = (
+            {
+                r
+                for r in records[:_CACHED_SCAN]
+                if blockfile.cached(r.address, r.address + r.size + userblock)
+            }
+            if blockfile is not None
+            else set()
+        )
+        small = sorted(
+            (r for r in records if r.size <= _CHECK_CHUNK_BYTES),
+            key=lambda r: (r not in cached, -r.size),
+        )
         candidates = small[:3] or [min(records, key=lambda r: r.size)]
         for rec in candidates:
             _, truth = dset.id.read_direct_chunk(rec.coords)
@@ -471,11 +502,18 @@ def _chunked(
     offsets = np.full(grid, -1, dtype=np.int64)
     sizes = np.zeros(grid, dtype=np.int64)
     masks = np.zeros(grid, dtype=np.uint32)
-    records = [
-        r
-        for r in chunk_records(dset)
-        if all(0 <= o < n for o, n in zip(r.coords, shape, strict=True))
-    ]
+    blockfile = check.blockfile()
+    if blockfile is not None:
+        prefetch_chunk_index(dset, blockfile, userblock, source)
+    try:
+        records = [
+            r
+            for r in chunk_records(dset)
+            if all(0 <= o < n for o, n in zip(r.coords, shape, strict=True))
+        ]
+    finally:
+        if blockfile is not None:
+            blockfile.drop_preloaded()
     if records:
         shift = check.chunk_shift_of(dset, records, userblock, source)
         index = tuple(
@@ -494,3 +532,101 @@ def _chunked(
                 f"the file ({reader.size} bytes)"
             )
     return ChunkedExtent(chunk, offsets, sizes, masks, _filters(dcpl), _fill_bytes(dcpl, dtype))
+
+
+def prefetch_chunk_index(dset: Any, blockfile: BlockFile, base: int, source: str) -> int:
+    """Fetch the nodes of ``dset``'s chunk B-tree into ``blockfile``, one level per batch of
+    concurrent requests, before libhdf5 walks them one at a time.
+
+    Only version-1 B-tree indexes (data layout version 3: what MATLAB, hdf5storage and
+    h5py's defaults write) are walked, at most :data:`_PRELOAD_BYTES` of nodes; anything
+    else is left to libhdf5. The parse only decides what to fetch: libhdf5 still reads and
+    checks every node, so a wrong guess costs requests, never values.
+
+    Parameters
+    ----------
+    dset : h5py.Dataset
+        A chunked dataset of the file ``blockfile`` holds.
+    blockfile : BlockFile
+        The file object h5py reads the file through.
+    base : int
+        The base address (the user block size).
+    source : str
+        Name for the debug log.
+
+    Returns
+    -------
+    int
+        Number of nodes fetched (0 when nothing was walked).
+    """
+    try:
+        sb = h5index.parse_superblock(blockfile.read_at(base, base + 32))
+        if sb is None:
+            return 0
+        address = _header_address(dset)
+        if address is None:
+            return 0
+        messages = _header_messages(blockfile, base, address, sb)
+        index = h5index.chunk_index(messages, sb.sizeof_addr)
+        if index is None:
+            return 0
+        size = h5index.btree_node_size(index.dimensionality, sb.sizeof_addr, sb.chunk_k)
+        level = [index.root]
+        seen = set(level)
+        fetched = 0
+        while level and fetched + len(level) <= _PRELOAD_BYTES // size:
+            blockfile.preload([(base + a, base + a + size) for a in level])
+            fetched += len(level)
+            below: list[int] = []
+            for a in level:
+                depth, children = h5index.parse_btree_node(
+                    blockfile.read_at(base + a, base + a + size),
+                    index.dimensionality,
+                    sb.sizeof_addr,
+                )
+                if depth > 0:
+                    below.extend(c for c in children if c not in seen)
+                    seen.update(children)
+            level = below
+        return fetched
+    except FormatError as exc:
+        _log.debug("%s: chunk index not prefetched: %s", source, exc)
+        return 0
+
+
+def _header_address(dset: Any) -> int | None:
+    """The object header address of ``dset`` (relative to the base address).
+
+    ``H5Gget_objinfo`` reads the header only; ``H5Oget_info`` would also walk the whole
+    chunk index to total its size, one node read at a time: what the prefetch avoids.
+    """
+    get_objinfo = getattr(h5py.h5g, "get_objinfo", None)
+    if get_objinfo is None:  # pragma: no cover - HDF5 built without deprecated symbols
+        return None
+    low, high = get_objinfo(dset.id).objno
+    return int(low) + (int(high) << 64)
+
+
+def _header_messages(
+    blockfile: BlockFile, base: int, address: int, sb: h5index.Superblock
+) -> tuple[tuple[int, bytes], ...]:
+    """Every message of the object header at ``address`` (continuations followed)."""
+    start = base + address
+    prefix = blockfile.read_at(start, start + h5index.HEADER_PREFIX)
+    size = h5index.header_size(prefix)
+    first = h5index.parse_object_header(blockfile.read_at(start, start + size), sb.sizeof_addr)
+    version = 2 if prefix.startswith(b"OHDR") else 1
+    messages = list(first.messages)
+    todo = list(first.continuations)
+    for _ in range(_MAX_CONTINUATIONS):
+        if not todo:
+            break
+        a, n = todo.pop(0)
+        block = h5index.parse_object_header(
+            blockfile.read_at(base + a, base + a + min(n, _MAX_HEADER_BLOCK)),
+            sb.sizeof_addr,
+            continuation=version,
+        )
+        messages.extend(block.messages)
+        todo.extend(block.continuations)
+    return tuple(messages)

@@ -227,7 +227,7 @@ def _mat_reader(reader: RangeReader, prefix: bytes, max_depth: int) -> MatReader
             raise UnsupportedError(
                 f"{reader.url}: MATLAB v7.3 files need h5py: pip install 'npystore[mat]'"
             ) from exc
-        return Mat73File(reader, max_depth=max_depth)
+        return Mat73File(reader, max_depth=max_depth, prefix=prefix)
     header = mat5.parse_header(prefix, source=reader.url, file_size=reader.size)
     from npystore.mat_v5 import Mat4File, Mat5File  # noqa: PLC0415
 
