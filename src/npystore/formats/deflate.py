@@ -101,6 +101,11 @@ def inflater_name() -> str:
     return _INFLATER_NAME
 
 
+def zlib_module() -> ModuleType:
+    """The fastest available module with zlib's API (``isal_zlib``, ``zlib_ng`` or ``zlib``)."""
+    return _INFLATER
+
+
 def raw_decompressobj(zdict: bytes = b"") -> Any:
     """A raw-deflate decompressor of the fastest available implementation."""
     make: Callable[..., Any] = _INFLATER.decompressobj

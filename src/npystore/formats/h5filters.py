@@ -47,15 +47,13 @@ else zlib-ng, else the standard library's zlib.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
-from types import ModuleType
 from typing import Final, Protocol
 
 import numpy as np
 
 from npystore.errors import FormatError, UnsupportedError
-from npystore.formats.deflate import INFLATE_ERRORS
+from npystore.formats.deflate import INFLATE_ERRORS, zlib_module
 
 __all__ = [
     "DEFLATE",
@@ -105,26 +103,7 @@ _GROUP_BLOCKS: Final = 16
 _POSITIONS: Final = np.arange(_BLOCK_WORDS, dtype=np.float64)
 
 
-def _pick_zlib() -> ModuleType:
-    try:
-        from isal import isal_zlib  # noqa: PLC0415 - optional accelerator
-    except ImportError:
-        pass
-    else:
-        return isal_zlib
-    try:
-        from zlib_ng import zlib_ng  # noqa: PLC0415 - optional accelerator
-    except ImportError:
-        return zlib
-    module: ModuleType = zlib_ng
-    return module
-
-
-_ZLIB: Final = _pick_zlib()
-_ZLIB_ERRORS: Final[tuple[type[BaseException], ...]] = (
-    *INFLATE_ERRORS,
-    getattr(_ZLIB, "error", zlib.error),
-)
+_ZLIB: Final = zlib_module()
 
 
 class FilterLike(Protocol):
@@ -223,7 +202,7 @@ def _inflate(data: _Bytes, expected: int, source: str) -> bytes:
     inflater = _ZLIB.decompressobj()
     try:
         out: bytes = inflater.decompress(data, expected + 1)
-    except _ZLIB_ERRORS as exc:
+    except INFLATE_ERRORS as exc:
         raise FormatError(f"{source}: the deflated chunk is corrupt: {exc}") from exc
     if len(out) > expected:
         raise FormatError(
