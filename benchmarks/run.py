@@ -16,7 +16,6 @@ rows run each side in a fresh subprocess (``_rss_probe.py``), alternating the sa
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import os
@@ -28,7 +27,6 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,94 +37,8 @@ import npystore
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the helper modules next to this script
 
-
-@dataclass
-class Timing:
-    label: str
-    seconds: list[float]
-    #: What the values are: ``"s"`` (seconds, the default) or e.g. ``"MB"`` (peak RSS).
-    unit: str = "s"
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.seconds)
-
-    def cell(self) -> str:
-        if self.unit == "s":
-            return f"{self.median:.3f} ({min(self.seconds):.3f}..{max(self.seconds):.3f})"
-        lo, hi = min(self.seconds), max(self.seconds)
-        return f"{self.median:.0f} ({lo:.0f}..{hi:.0f}) {self.unit}"
-
-
-@dataclass
-class Row:
-    scenario: str
-    ours: Timing
-    anchor: Timing
-    target: float | None
-    note: str = ""
-    #: A target on npystore's own median, in ``ours.unit`` (used instead of ``target``).
-    absolute_target: float | None = None
-
-    @property
-    def ratio(self) -> float:
-        return self.ours.median / self.anchor.median
-
-    @property
-    def verdict(self) -> str:
-        if self.absolute_target is not None:
-            return "PASS" if self.ours.median <= self.absolute_target else "FAIL"
-        if self.target is None:
-            return "-"
-        return "PASS" if self.ratio <= self.target else "FAIL"
-
-    def target_cell(self) -> str:
-        if self.absolute_target is not None:
-            return f"<= {self.absolute_target:g} {self.ours.unit} (absolute)"
-        return f"<= {self.target}" if self.target is not None else "-"
-
-
-def _time(fn: Callable[[], Any], repeat: int) -> list[float]:
-    out = []
-    for _ in range(repeat):
-        gc.collect()
-        t0 = time.perf_counter()
-        result = fn()
-        out.append(time.perf_counter() - t0)
-        del result
-    return out
-
-
-def _interleaved(
-    ours: Callable[[], Any], anchor: Callable[[], Any], repeat: int
-) -> tuple[list[float], list[float]]:
-    """Alternate the two so drift (thermal, cache, neighbours) hits both alike."""
-    a: list[float] = []
-    b: list[float] = []
-    for _ in range(repeat):
-        b += _time(anchor, 1)
-        a += _time(ours, 1)
-    return a, b
-
-
-def _write_npy(path: Path, nbytes: int) -> None:
-    if path.exists() and path.stat().st_size >= nbytes:
-        return
-    n = nbytes // 8
-    rows = 1024
-    arr = np.lib.format.open_memmap(path, mode="w+", dtype="<f8", shape=(n // rows, rows))
-    step = max(1, (64 * 2**20) // (rows * 8))
-    rng = np.random.default_rng(0)
-    for i in range(0, arr.shape[0], step):
-        arr[i : i + step] = rng.standard_normal((min(step, arr.shape[0] - i), rows))
-    arr.flush()
-    del arr
-
-
-def _warm(path: Path) -> None:
-    with path.open("rb") as f:
-        while f.read(64 * 2**20):
-            pass
+import remote  # noqa: E402
+from _common import LATENCY, Row, Timing, _interleaved, _time, _warm, _write_npy  # noqa: E402
 
 
 def bench_local_full_read(workdir: Path, size: int, repeat: int) -> Row:
@@ -164,6 +76,48 @@ def bench_local_dask_compute(workdir: Path, size: int, repeat: int) -> Row:
         target=None,
         note="dask concatenates chunks: one extra copy compared to npystore.load",
     )
+
+
+def bench_npy_dask_sum(workdir: Path, size: int, repeat: int) -> list[Row]:
+    """Issue 6 target 2: a dask sum over a large local .npy, each side in a fresh process
+    (time and peak RSS), vs what dask users do today: from_array over numpy's memmap."""
+    path = workdir / f"full-{size >> 20}MiB.npy"
+    _write_npy(path, size)
+    values = np.load(path, mmap_mode="r")
+    meta = {"sum": 0.0, "abs_sum": 0.0}
+    step = 2**24 // values.shape[1]
+    for i in range(0, values.shape[0], step):  # the reference sum, in bounded memory
+        block = np.asarray(values[i : i + step])
+        meta["sum"] += float(block.sum())
+        meta["abs_sum"] += float(np.abs(block).sum())
+    del values
+    _warm(path)
+    ours: list[dict[str, Any]] = []
+    anchor: list[dict[str, Any]] = []
+    for _ in range(repeat):
+        anchor.append(_probe("npy-mmap-dask", path, meta))
+        ours.append(_probe("npy-npystore", path, meta))
+    gib = size / 2**30
+    t_ours = Timing("open_npy().sum()", [r["seconds"] for r in ours])
+    t_anchor = Timing("from_array(mmap).sum()", [r["seconds"] for r in anchor])
+    return [
+        Row(
+            scenario=f"local .npy dask sum, {gib:.2f} GiB (warm page cache): "
+            "open_npy(p).sum().compute() vs da.from_array(np.load(p, mmap_mode='r')).sum()",
+            ours=t_ours,
+            anchor=t_anchor,
+            target=0.25,
+            note="fresh process per run (times exclude imports); issue 6 target 2",
+        ),
+        Row(
+            scenario=f"peak RSS of the same dask sums, {gib:.2f} GiB",
+            ours=Timing("peak RSS MB", [r["peak_mb"] for r in ours], unit="MB"),
+            anchor=Timing("peak RSS MB", [r["peak_mb"] for r in anchor], unit="MB"),
+            target=None,
+            absolute_target=600,
+            note="VmHWM of each fresh process; the memmap's pages count as they are touched",
+        ),
+    ]
 
 
 # -- .npz: one deflated member -----------------------------------------------------------
@@ -318,7 +272,8 @@ def bench_npz_slice(workdir: Path, size: int, repeat: int) -> Row:
 
 
 def _probe(mode: str, path: Path, meta: dict[str, Any]) -> dict[str, Any]:
-    """Run ``_rss_probe.py`` in a fresh interpreter and check the sum it reports."""
+    """Run ``_rss_probe.py`` in a fresh interpreter and check the sum it reports
+    (``meta``: ``sum`` and ``abs_sum`` of the values)."""
     proc = subprocess.run(
         [sys.executable, str(HERE / "_rss_probe.py"), mode, str(path), NPZ_MEMBER],
         capture_output=True,
@@ -425,15 +380,14 @@ def bench_mat73_s3(workdir: Path, size: int, repeat: int) -> Row:
     import fsspec
     import h5py
 
-    from _s3 import latency, rclone_s3, storage_options
+    from _s3 import s3_with_latency
     from mat import check, make_file
 
     path, value = make_file(workdir, size)
-    with rclone_s3(workdir / "s3") as endpoint:
+    with s3_with_latency(workdir / "s3", LATENCY) as (direct, opts):
         (workdir / "s3" / "bench").mkdir(parents=True, exist_ok=True)
-        opts = storage_options(endpoint)
+        fsspec.filesystem("s3", **direct).put_file(str(path), "bench/x.mat")
         fs = fsspec.filesystem("s3", **opts)
-        fs.put_file(str(path), "bench/x.mat")
         url = "s3://bench/x.mat"
 
         def ours() -> Any:
@@ -443,11 +397,10 @@ def bench_mat73_s3(workdir: Path, size: int, repeat: int) -> Row:
             with fs.open("bench/x.mat", "rb") as f, h5py.File(f, "r") as h:
                 return h["x"][()].T
 
-        with latency(fs, 0.030, "bench/x.mat"):
-            check(ours(), value)
-            check(anchor(), value)
-            a, b = _interleaved(ours, anchor, repeat)
-            parts = _mat73_s3_parts(url, opts, path, repeat)
+        check(ours(), value)
+        check(anchor(), value)
+        a, b = _interleaved(ours, anchor, repeat)
+        parts = _mat73_s3_parts(url, opts, path, repeat)
     mb = value.nbytes / 1e6
     meta, download, decode = (statistics.median(p) for p in parts)
     return Row(
@@ -526,14 +479,18 @@ def render(rows: list[Row], quick: bool) -> str:
 
 
 #: name -> (benchmark, size in MiB of the full run, size in MiB with --quick)
-SCENARIOS: dict[str, tuple[Callable[[Path, int, int], Row], int, int]] = {
+SCENARIOS: dict[str, tuple[Callable[[Path, int, int], Row | list[Row]], int, int]] = {
     "npy-load": (bench_local_full_read, 1024, 128),
     "npy-dask": (bench_local_dask_compute, 1024, 128),
+    "npy-dask-sum": (bench_npy_dask_sum, 4096, 256),
     "npz-load": (bench_npz_full_read, 512, 64),
     "npz-slice": (bench_npz_slice, 512, 64),
     "npz-rss": (bench_npz_dask_sum_rss, 1024, 128),
     "mat73-load": (bench_mat73_load, 200, 32),
     "mat73-s3": (bench_mat73_s3, 200, 32),
+    "s3-npy-full": (remote.bench_s3_npy_full, 128, 16),
+    "s3-npy-slices": (remote.bench_s3_npy_slices, 1024, 64),
+    "s3-npz-open": (remote.bench_s3_npz_open, 0, 0),
 }
 
 
@@ -565,9 +522,10 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for name in names:
             bench, full_mib, quick_mib = SCENARIOS[name]
-            row = bench(workdir, (quick_mib if args.quick else full_mib) * 2**20, repeat)
-            print(f"[{name}] {row.scenario}: ratio {row.ratio:.2f} ({row.verdict})", flush=True)
-            rows.append(row)
+            made = bench(workdir, (quick_mib if args.quick else full_mib) * 2**20, repeat)
+            for row in made if isinstance(made, list) else [made]:
+                print(f"[{name}] {row.scenario}: ratio {row.ratio:.2f} ({row.verdict})", flush=True)
+                rows.append(row)
     text = render(rows, args.quick)
     args.output.write_text(text)
     print(text)

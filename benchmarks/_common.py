@@ -1,0 +1,105 @@
+"""What every benchmark module shares: timings, result rows, file helpers."""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: Seconds the loopback proxy adds to every S3 request (a cloud store's round trip).
+LATENCY = 0.030
+
+
+@dataclass
+class Timing:
+    label: str
+    seconds: list[float]
+    #: What the values are: ``"s"`` (seconds, the default) or e.g. ``"MB"`` (peak RSS).
+    unit: str = "s"
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    def cell(self) -> str:
+        if self.unit == "s":
+            return f"{self.median:.3f} ({min(self.seconds):.3f}..{max(self.seconds):.3f})"
+        lo, hi = min(self.seconds), max(self.seconds)
+        return f"{self.median:.0f} ({lo:.0f}..{hi:.0f}) {self.unit}"
+
+
+@dataclass
+class Row:
+    scenario: str
+    ours: Timing
+    anchor: Timing
+    target: float | None
+    note: str = ""
+    #: A target on npystore's own median, in ``ours.unit`` (used instead of ``target``).
+    absolute_target: float | None = None
+
+    @property
+    def ratio(self) -> float:
+        return self.ours.median / self.anchor.median
+
+    @property
+    def verdict(self) -> str:
+        if self.absolute_target is not None:
+            return "PASS" if self.ours.median <= self.absolute_target else "FAIL"
+        if self.target is None:
+            return "-"
+        return "PASS" if self.ratio <= self.target else "FAIL"
+
+    def target_cell(self) -> str:
+        if self.absolute_target is not None:
+            return f"<= {self.absolute_target:g} {self.ours.unit} (absolute)"
+        return f"<= {self.target}" if self.target is not None else "-"
+
+
+def _time(fn: Callable[[], Any], repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        gc.collect()
+        t0 = time.perf_counter()
+        result = fn()
+        out.append(time.perf_counter() - t0)
+        del result
+    return out
+
+
+def _interleaved(
+    ours: Callable[[], Any], anchor: Callable[[], Any], repeat: int
+) -> tuple[list[float], list[float]]:
+    """Alternate the two so drift (thermal, cache, neighbours) hits both alike."""
+    a: list[float] = []
+    b: list[float] = []
+    for _ in range(repeat):
+        b += _time(anchor, 1)
+        a += _time(ours, 1)
+    return a, b
+
+
+def _write_npy(path: Path, nbytes: int) -> None:
+    if path.exists() and path.stat().st_size >= nbytes:
+        return
+    n = nbytes // 8
+    rows = 1024
+    arr = np.lib.format.open_memmap(path, mode="w+", dtype="<f8", shape=(n // rows, rows))
+    step = max(1, (64 * 2**20) // (rows * 8))
+    rng = np.random.default_rng(0)
+    for i in range(0, arr.shape[0], step):
+        arr[i : i + step] = rng.standard_normal((min(step, arr.shape[0] - i), rows))
+    arr.flush()
+    del arr
+
+
+def _warm(path: Path) -> None:
+    with path.open("rb") as f:
+        while f.read(64 * 2**20):
+            pass
