@@ -43,6 +43,8 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Benchmarks against their anchors; writes benchmarks/RESULTS.md (``-- --quick``)."""
+    """Benchmarks against their anchors (benchmarks/RESULTS.md) and the scaling plots
+    (docs/img/scaling-*.png); ``-- --quick`` for small sizes."""
     session.install("-e", ".[bench]")
     session.run("python", "benchmarks/run.py", *session.posargs)
+    session.run("python", "benchmarks/scaling.py", *session.posargs)

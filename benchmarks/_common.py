@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -97,6 +98,7 @@ def _write_npy(path: Path, nbytes: int) -> None:
         arr[i : i + step] = rng.standard_normal((min(step, arr.shape[0] - i), rows))
     arr.flush()
     del arr
+    os.sync()  # no writeback of this file may overlap a later timing
 
 
 def _warm(path: Path) -> None:

@@ -175,6 +175,7 @@ def _write_npz(path: Path, nbytes: int) -> dict[str, Any]:
             abs_sums.append(float(np.abs(block).sum()))
             f.write(block.data)
     tmp.replace(path)
+    os.sync()  # no writeback of this file may overlap a later timing
     with zipfile.ZipFile(path) as zf:
         info = zf.getinfo(NPZ_MEMBER + ".npy")
     meta = {
