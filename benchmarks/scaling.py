@@ -34,6 +34,7 @@ DOCS_IMG = HERE.parent / "docs" / "img"
 
 
 def _median(fn: Any, repeat: int) -> float:
+    fn()  # warm-up: pools, imports and first-touch memory are not what a size costs
     return statistics.median(_time(fn, repeat))
 
 
