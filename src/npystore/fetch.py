@@ -5,9 +5,17 @@ mtime, ETag or version id). It reads ranges two ways:
 
 - local files (``LocalFileSystem``): ``os.preadv`` straight into the caller's buffers, large
   ranges split across a small thread pool (the GIL is released while the kernel copies);
-- everything else: ``fs.cat_ranges``, many ranges in flight at once (s3fs, http and other
-  async filesystems run them concurrently on fsspec's event loop), each result length-checked
-  and retried once before a :class:`~npystore.errors.FetchError` names the URL and the range.
+- S3 (s3fs): one ``GetObject`` per range, all in flight at once on fsspec's event loop, each
+  *pinned* to the object opened: ``VersionId`` when the store reported one, else
+  ``If-Match: <ETag>``; a replaced object answers 412 and the read raises
+  :class:`~npystore.errors.ConsistencyError` (old and new bytes never mix in one result).
+  Each response's ``Content-Range`` total is checked against the size at open too;
+- everything else: ``fs.cat_ranges``, many ranges in flight at once (http and other async
+  filesystems run them concurrently on fsspec's event loop).
+
+Remote results are length-checked; a short body, a dropped connection or a server error is
+retried with exponential backoff and jitter, up to :data:`REMOTE_ATTEMPTS` attempts, before a
+:class:`~npystore.errors.FetchError` names the URL, the range and the last problem.
 
 Readers pickle as ``(filesystem, path, identity)``: a dask worker rebuilds the filesystem once
 (fsspec caches instances), never once per chunk.
@@ -15,8 +23,12 @@ Readers pickle as ``(filesystem, path, identity)``: a dask worker rebuilds the f
 
 from __future__ import annotations
 
+import asyncio
 import os
+import random
+import re
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,8 +45,12 @@ __all__ = ["ObjectIdentity", "RangeReader", "open_reader", "read_cache_file", "w
 REMOTE_PART_SIZE: Final = 8 * 2**20
 #: Local ranges larger than this are split across the thread pool (when asked to).
 LOCAL_PART_SIZE: Final = 16 * 2**20
-#: Attempts for a remote range that comes back short before giving up.
-REMOTE_ATTEMPTS: Final = 3
+#: Attempts for a remote range (short body, dropped connection, server error) before giving up.
+REMOTE_ATTEMPTS: Final = 6
+#: First retry delay in seconds; it doubles per attempt (plus up to 50% jitter), capped.
+RETRY_DELAY: Final = 0.05
+RETRY_DELAY_MAX: Final = 2.0
+_CONTENT_RANGE: Final = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 _IDENTITY_KEYS: Final = (
     "ETag",
@@ -244,17 +260,16 @@ class RangeReader:
             return []
         results: list[bytes | None] = [None] * len(ranges)
         todo = list(range(len(ranges)))
+        pinned = _is_s3(self.fs)
         for attempt in range(REMOTE_ATTEMPTS):
-            got = self.fs.cat_ranges(
-                [self.path] * len(todo),
-                [ranges[i][0] for i in todo],
-                [ranges[i][1] for i in todo],
-                on_error="return",
-            )
+            wanted = [ranges[i] for i in todo]
+            got = self._s3_get_many(wanted) if pinned else self._cat_ranges(wanted)
             retry = []
             last_problem: BaseException | str | None = None
             for i, data in zip(todo, got, strict=True):
                 want = ranges[i][1] - ranges[i][0]
+                if isinstance(data, ConsistencyError):
+                    raise data
                 if isinstance(data, FileNotFoundError):
                     raise ConsistencyError(
                         f"{self.url}: the object disappeared since it was opened ({data})"
@@ -276,7 +291,65 @@ class RangeReader:
                     f"{self.url}: reading bytes [{start}, {stop}) failed after "
                     f"{REMOTE_ATTEMPTS} attempts: {last_problem}"
                 )
+            delay = min(RETRY_DELAY_MAX, RETRY_DELAY * 2**attempt)
+            time.sleep(delay * (1 + random.random() / 2))
         return [r if r is not None else b"" for r in results]
+
+    def _cat_ranges(self, ranges: list[tuple[int, int]]) -> list[Any]:
+        got: list[Any] = self.fs.cat_ranges(
+            [self.path] * len(ranges),
+            [a for a, _ in ranges],
+            [b for _, b in ranges],
+            on_error="return",
+        )
+        return got
+
+    def _s3_get_many(self, ranges: list[tuple[int, int]]) -> list[Any]:
+        """Each range as bytes or the exception it raised, pinned to the opened object."""
+        from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
+
+        async def all_ranges() -> list[Any]:
+            return await asyncio.gather(
+                *(self._s3_get(a, b) for a, b in ranges), return_exceptions=True
+            )
+
+        got: list[Any] = sync(self.fs.loop, all_ranges)
+        return got
+
+    async def _s3_get(self, start: int, stop: int) -> bytes:
+        fs: Any = self.fs
+        bucket, key, path_version = fs.split_path(self.path)
+        fields = dict(self.identity.fields)
+        pin: dict[str, str] = {}
+        version = fields.get("VersionId") or fields.get("version_id") or path_version
+        etag = fields.get("ETag") or fields.get("etag")
+        if version:
+            pin["VersionId"] = version
+        elif etag:
+            pin["IfMatch"] = etag
+        try:
+            resp = await fs._call_s3(
+                "get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{stop - 1}", **pin
+            )
+        except OSError as exc:
+            if _error_code(exc) in ("PreconditionFailed", "412"):
+                raise ConsistencyError(
+                    f"{self.url}: the object changed since it was opened (ETag {etag} no "
+                    f"longer matches); reopen it"
+                ) from exc
+            raise
+        body = resp["Body"]
+        try:
+            data: bytes = await body.read()
+        finally:
+            body.close()
+        match = _CONTENT_RANGE.fullmatch(str(resp.get("ContentRange") or ""))
+        if match and match.group(3) != "*" and int(match.group(3)) != self.identity.size:
+            raise ConsistencyError(
+                f"{self.url}: the object is {match.group(3)} bytes now, {self.identity.size} "
+                f"when it was opened; reopen it"
+            )
+        return data
 
     def _check_range(self, start: int, stop: int) -> None:
         if not 0 <= start <= stop <= self.identity.size:
@@ -284,6 +357,29 @@ class RangeReader:
                 f"{self.url}: byte range [{start}, {stop}) lies outside the object "
                 f"of {self.identity.size} bytes"
             )
+
+
+def _is_s3(fs: Any) -> bool:
+    """Whether ``fs`` is an s3fs filesystem (checked without importing s3fs)."""
+    return any(
+        cls.__module__.split(".")[0] == "s3fs" and cls.__name__ == "S3FileSystem"
+        for cls in type(fs).__mro__
+    )
+
+
+def _error_code(exc: BaseException) -> str | None:
+    """The S3 error code behind an exception (s3fs wraps botocore's ClientError)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        response = getattr(current, "response", None)
+        if isinstance(response, Mapping):
+            error = response.get("Error")
+            if isinstance(error, Mapping) and error.get("Code"):
+                return str(error["Code"])
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _split(requests: Sequence[tuple[int, memoryview]], part: int) -> list[tuple[int, memoryview]]:

@@ -1,0 +1,136 @@
+"""A fault-injecting loopback HTTP proxy for the tests: put it in front of the moto server.
+
+Each ranged ``GET`` (a data read) draws a fault with probability ``rate`` from a seeded
+random generator:
+
+- ``"503"``: answer ``503 SlowDown`` (S3's throttling error) without forwarding;
+- ``"drop"``: forward, relay the response head and part of the body, then close the
+  connection (a dropped connection / short body: fewer bytes than ``Content-Length``);
+- ``"slow"``: wait ``slow_seconds`` before forwarding.
+
+Other requests (HEAD, PUT, listings) pass unchanged. ``counts`` tallies requests and faults.
+Runs its own event loop in a daemon thread; use it as a context manager.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+_SLOW_DOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message></Error>"
+)
+_503 = (
+    b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\n"
+    b"Content-Length: " + str(len(_SLOW_DOWN)).encode() + b"\r\nConnection: close\r\n\r\n"
+) + _SLOW_DOWN
+_METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")
+
+
+class FaultProxy:
+    """The proxy; ``url`` is its endpoint once entered."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        rate: float = 0.15,
+        faults: Sequence[str] = ("503", "drop", "slow"),
+        slow_seconds: float = 0.2,
+        seed: int = 0,
+    ) -> None:
+        host, _, port = target.removeprefix("http://").rpartition(":")
+        self.host, self.port = host, int(port)
+        self.rate = rate
+        self.faults = tuple(faults)
+        self.slow_seconds = slow_seconds
+        self.rng = random.Random(seed)
+        self.counts: Counter[str] = Counter()
+        self.url = ""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.AbstractServer | None = None
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> FaultProxy:
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(self._start(), self._loop)
+        self.url = f"http://127.0.0.1:{future.result(10)}"
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        async def stop() -> None:
+            if self._server is not None:
+                self._server.close()
+
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    async def _start(self) -> int:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    def _draw(self, head: bytes) -> str:
+        with self._lock:
+            self.counts["requests"] += 1
+            ranged = head.startswith(b"GET ") and b"\r\nrange:" in head.lower()
+            if not ranged or self.rng.random() >= self.rate:
+                return "ok"
+            fault = self.rng.choice(self.faults)
+            self.counts[fault] += 1
+            return fault
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+        except OSError:
+            writer.close()
+            return
+        current = {"fault": "ok"}
+
+        async def client_to_server() -> None:
+            while data := await reader.read(1 << 16):
+                if data.startswith(_METHODS):
+                    fault = self._draw(data)
+                    current["fault"] = fault
+                    if fault == "503":
+                        writer.write(_503)
+                        await writer.drain()
+                        raise ConnectionResetError("503 injected")
+                    if fault == "slow":
+                        await asyncio.sleep(self.slow_seconds)
+                up_writer.write(data)
+                await up_writer.drain()
+
+        async def server_to_client() -> None:
+            while data := await up_reader.read(1 << 16):
+                if current["fault"] == "drop":
+                    end = data.find(b"\r\n\r\n")
+                    cut = end + 4 + max(0, len(data) - end - 4) // 2 if end >= 0 else 0
+                    writer.write(data[:cut])
+                    await writer.drain()
+                    raise ConnectionResetError("connection dropped mid-body")
+                writer.write(data)
+                await writer.drain()
+
+        tasks = [
+            asyncio.ensure_future(client_to_server()),
+            asyncio.ensure_future(server_to_client()),
+        ]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            task.cancel()
+        for w in (writer, up_writer):
+            with contextlib.suppress(OSError, RuntimeError):
+                w.close()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
+                await task
