@@ -105,3 +105,17 @@ def _warm(path: Path) -> None:
     with path.open("rb") as f:
         while f.read(64 * 2**20):
             pass
+
+
+def transfer_alone(url: str, opts: dict[str, Any], repeat: int) -> list[float]:
+    """Seconds to move the whole object through npystore's reader (concurrent 8 MiB
+    ranges into one buffer, no parsing): what any full read over this link and these
+    cores costs."""
+    from npystore.fetch import open_reader
+
+    reader = open_reader(url, opts)
+    buf = np.empty(reader.size, dtype=np.uint8)
+    view = memoryview(buf.data)
+    part = 8 * 2**20
+    requests = [(o, view[o : o + part]) for o in range(0, reader.size, part)]
+    return _time(lambda: reader.readinto_many(requests), repeat)

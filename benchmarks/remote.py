@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 import npystore
-from _common import LATENCY, Row, Timing, _interleaved, _time, _write_npy
+from _common import LATENCY, Row, Timing, _interleaved, _write_npy, transfer_alone
 
 BUCKET = "bench"
 
@@ -67,7 +67,7 @@ def bench_s3_npy_full(workdir: Path, size: int, repeat: int) -> list[Row]:
         del want
         a, b = _interleaved(ours, s3fs_numpy, repeat)
         c, d = _interleaved(ours, cat_file, repeat)
-        floor = _transfer_alone(url, opts, repeat)
+        floor = transfer_alone(url, opts, repeat)
     mib = size / 2**20
     return [
         Row(
@@ -91,19 +91,6 @@ def bench_s3_npy_full(workdir: Path, size: int, repeat: int) -> list[Row]:
             "parts); npystore parses the header first (one more round trip)",
         ),
     ]
-
-
-def _transfer_alone(url: str, opts: dict[str, Any], repeat: int) -> list[float]:
-    """Seconds to move the whole object through npystore's reader (concurrent 8 MiB
-    ranges into one buffer): what any full read over this link and these cores costs."""
-    from npystore.fetch import open_reader
-
-    reader = open_reader(url, opts)
-    buf = np.empty(reader.size, dtype=np.uint8)
-    view = memoryview(buf.data)
-    part = 8 * 2**20
-    requests = [(o, view[o : o + part]) for o in range(0, reader.size, part)]
-    return _time(lambda: reader.readinto_many(requests), repeat)
 
 
 def bench_s3_npy_slices(workdir: Path, size: int, repeat: int) -> list[Row]:

@@ -38,7 +38,16 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the helper modules next to this script
 
 import remote  # noqa: E402
-from _common import LATENCY, Row, Timing, _interleaved, _time, _warm, _write_npy  # noqa: E402
+from _common import (  # noqa: E402
+    LATENCY,
+    Row,
+    Timing,
+    _interleaved,
+    _time,
+    _warm,
+    _write_npy,
+    transfer_alone,
+)
 
 
 def bench_local_full_read(workdir: Path, size: int, repeat: int) -> Row:
@@ -424,24 +433,9 @@ def _mat73_s3_parts(
 ) -> tuple[list[float], list[float], list[float]]:
     """The parts of the S3 load measured alone: metadata (open + the variable's chunk
     index), the download of the whole file, and the decode (a local load)."""
-    from npystore.fetch import open_reader
-
-    meta: list[float] = []
-    download: list[float] = []
-    decode: list[float] = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        npystore.open_mat(url, storage_options=opts).node("x")
-        meta.append(time.perf_counter() - t0)
-        reader = open_reader(url, opts)
-        buf = np.empty(reader.size, dtype=np.uint8)
-        view = memoryview(buf.data)
-        part = 8 * 2**20
-        t0 = time.perf_counter()
-        reader.readinto_many([(o, view[o : o + part]) for o in range(0, reader.size, part)])
-        download.append(time.perf_counter() - t0)
-        del buf, view
-        decode += _time(lambda: npystore.open_mat(str(local)).load("x"), 1)
+    meta = _time(lambda: npystore.open_mat(url, storage_options=opts).node("x"), repeat)
+    download = transfer_alone(url, opts, repeat)
+    decode = _time(lambda: npystore.open_mat(str(local)).load("x"), repeat)
     return meta, download, decode
 
 

@@ -170,9 +170,7 @@ class BlockFile(io.RawIOBase):
                 {
                     (a, min(b, self._size))
                     for a, b in ranges
-                    if 0 <= a < min(b, self._size)
-                    and self._extent(a, min(b, self._size)) is None
-                    and not self._in_blocks(a, min(b, self._size))
+                    if 0 <= a < min(b, self._size) and not self._is_cached(a, min(b, self._size))
                 }
             )
         if not todo:
@@ -189,13 +187,14 @@ class BlockFile(io.RawIOBase):
     def cached(self, start: int, stop: int) -> bool:
         """Whether reading ``[start, stop)`` needs no request."""
         with self._lock:
-            if self._whole is not None:
-                return True
-            if self._starts and self._extent(start, stop) is not None:
-                return True
-            return self._in_blocks(start, stop)
+            return self._is_cached(start, stop)
 
-    def _in_blocks(self, start: int, stop: int) -> bool:
+    def _is_cached(self, start: int, stop: int) -> bool:
+        """:meth:`cached`, with the lock held."""
+        if self._whole is not None:
+            return True
+        if self._starts and self._extent(start, stop) is not None:
+            return True
         bs = self.block_size
         last = (max(stop, start + 1) - 1) // bs
         return all(i in self._blocks for i in range(start // bs, last + 1))

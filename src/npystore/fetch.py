@@ -136,6 +136,7 @@ class RangeReader:
         self.path = path
         self.identity = identity
         self.local = isinstance(fs, LocalFileSystem)
+        self._pinned_s3 = _is_s3(fs)
         self.max_gap = 32 * 2**10 if self.local else 512 * 2**10
         self.max_span = 64 * 2**20
 
@@ -260,10 +261,9 @@ class RangeReader:
             return []
         results: list[bytes | None] = [None] * len(ranges)
         todo = list(range(len(ranges)))
-        pinned = _is_s3(self.fs)
         for attempt in range(REMOTE_ATTEMPTS):
             wanted = [ranges[i] for i in todo]
-            got = self._s3_get_many(wanted) if pinned else self._cat_ranges(wanted)
+            got = self._s3_get_many(wanted) if self._pinned_s3 else self._cat_ranges(wanted)
             retry = []
             last_problem: BaseException | str | None = None
             for i, data in zip(todo, got, strict=True):
@@ -308,25 +308,25 @@ class RangeReader:
         """Each range as bytes or the exception it raised, pinned to the opened object."""
         from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
 
+        bucket, key, path_version = self.fs.split_path(self.path)
+        fields = dict(self.identity.fields)
+        version = fields.get("VersionId") or fields.get("version_id") or path_version
+        etag = fields.get("ETag") or fields.get("etag")
+        pin = {"VersionId": version} if version else {"IfMatch": etag} if etag else {}
+
         async def all_ranges() -> list[Any]:
             return await asyncio.gather(
-                *(self._s3_get(a, b) for a, b in ranges), return_exceptions=True
+                *(self._s3_get(bucket, key, pin, a, b) for a, b in ranges),
+                return_exceptions=True,
             )
 
         got: list[Any] = sync(self.fs.loop, all_ranges)
         return got
 
-    async def _s3_get(self, start: int, stop: int) -> bytes:
+    async def _s3_get(
+        self, bucket: str, key: str, pin: dict[str, str], start: int, stop: int
+    ) -> bytes:
         fs: Any = self.fs
-        bucket, key, path_version = fs.split_path(self.path)
-        fields = dict(self.identity.fields)
-        pin: dict[str, str] = {}
-        version = fields.get("VersionId") or fields.get("version_id") or path_version
-        etag = fields.get("ETag") or fields.get("etag")
-        if version:
-            pin["VersionId"] = version
-        elif etag:
-            pin["IfMatch"] = etag
         try:
             resp = await fs._call_s3(
                 "get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{stop - 1}", **pin
@@ -334,8 +334,9 @@ class RangeReader:
         except OSError as exc:
             if _error_code(exc) in ("PreconditionFailed", "412"):
                 raise ConsistencyError(
-                    f"{self.url}: the object changed since it was opened (ETag {etag} no "
-                    f"longer matches); reopen it"
+                    f"{self.url}: the object changed since it was opened "
+                    f"({', '.join(f'{k} {v}' for k, v in pin.items())} no longer matches); "
+                    f"reopen it"
                 ) from exc
             raise
         body = resp["Body"]
