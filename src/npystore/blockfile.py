@@ -191,7 +191,7 @@ class BlockFile(io.RawIOBase):
 
     def _is_cached(self, start: int, stop: int) -> bool:
         """:meth:`cached`, with the lock held."""
-        if self._whole is not None:
+        if self._whole is not None or stop <= len(self.reader.head):
             return True
         if self._starts and self._extent(start, stop) is not None:
             return True
@@ -233,8 +233,11 @@ class BlockFile(io.RawIOBase):
         with self._lock:
             if self.closed:
                 raise ValueError("I/O operation on a closed BlockFile")
+            head = self.reader.head
             if self._whole is not None:
                 view[:n] = self._whole[start : start + n]
+            elif start + n <= len(head):  # read with the identity at open
+                view[:n] = head[start : start + n]
             elif self._starts and (extent := self._extent(start, start + n)) is not None:
                 view[:n] = extent
             elif 2 * n >= self.cache_bytes:

@@ -1,7 +1,9 @@
 """The only IO in npystore: :class:`RangeReader`, byte ranges of one object on any fsspec URL.
 
 A reader is bound to one object and to the identity it had when it was opened (size plus
-mtime, ETag or version id). It reads ranges two ways:
+mtime, ETag or version id). On S3 the identity comes from a ranged ``GetObject`` of the
+object's first bytes (no ``HeadObject``), so opening and sniffing a file is one round trip.
+It reads ranges three ways:
 
 - local files (``LocalFileSystem``): ``os.preadv`` straight into the caller's buffers, large
   ranges split across a small thread pool (the GIL is released while the kernel copies);
@@ -50,6 +52,9 @@ REMOTE_ATTEMPTS: Final = 6
 #: First retry delay in seconds; it doubles per attempt (plus up to 50% jitter), capped.
 RETRY_DELAY: Final = 0.05
 RETRY_DELAY_MAX: Final = 2.0
+#: Bytes read together with the identity when an S3 object is opened (see :func:`open_reader`):
+#: enough to recognise every format and to hold a typical .npy header, no array data.
+OPEN_HEAD: Final = 128
 _CONTENT_RANGE: Final = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 _IDENTITY_KEYS: Final = (
@@ -131,7 +136,14 @@ class RangeReader:
     #: Largest temporary buffer for a merged, non-contiguous range.
     max_span: int
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, identity: ObjectIdentity):
+    def __init__(
+        self,
+        fs: fsspec.AbstractFileSystem,
+        path: str,
+        identity: ObjectIdentity,
+        *,
+        head: bytes = b"",
+    ):
         self.fs = fs
         self.path = path
         self.identity = identity
@@ -139,8 +151,19 @@ class RangeReader:
         self._pinned_s3 = _is_s3(fs)
         self.max_gap = 32 * 2**10 if self.local else 512 * 2**10
         self.max_span = 64 * 2**20
+        if len(head) > identity.size:
+            raise FetchError(
+                f"{identity.url}: {len(head)} bytes read at open, more than the object's "
+                f"{identity.size} bytes"
+            )
+        #: The object's first bytes, read together with its identity at open (remote only).
+        #: :meth:`read` and :meth:`read_many` (headers, metadata) serve ranges inside it from
+        #: memory; :meth:`readinto_many` (array data) always asks the object, so a compute
+        #: after the object was replaced fails with ConsistencyError even for tiny files.
+        self.head = head
 
     def __reduce__(self) -> tuple[Callable[..., RangeReader], tuple[Any, ...]]:
+        # the head stays behind: workers read what they need (it is pinned all the same)
         return (RangeReader, (self.fs, self.path, self.identity))
 
     def __repr__(self) -> str:
@@ -168,6 +191,10 @@ class RangeReader:
         self._check_range(start, stop)
         if stop == start:
             return b""
+        if start < len(self.head):
+            if stop <= len(self.head):
+                return self.head[start:stop]
+            return self.head[start:] + self._remote_read([(len(self.head), stop)])[0]
         if self.local:
             buf = bytearray(stop - start)
             self._local_readinto([(start, memoryview(buf))])
@@ -178,6 +205,14 @@ class RangeReader:
         """Read several ``[start, stop)`` ranges, concurrently where the filesystem allows."""
         for start, stop in ranges:
             self._check_range(start, stop)
+        if self.head:
+            n = len(self.head)
+            rest = [(max(start, n), stop) for start, stop in ranges if stop > n]
+            got = iter(self._remote_read(rest))
+            return [
+                self.head[start:stop] if stop <= n else self.head[start:n] + next(got)
+                for start, stop in ranges
+            ]
         if self.local:
             bufs = [bytearray(stop - start) for start, stop in ranges]
             self._local_readinto(
@@ -413,10 +448,16 @@ def write_cache_file(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def open_reader(url: str, storage_options: Mapping[str, Any] | None = None) -> RangeReader:
+def open_reader(
+    url: str, storage_options: Mapping[str, Any] | None = None, *, head: int = OPEN_HEAD
+) -> RangeReader:
     """Open a reader on ``url`` (any fsspec URL, chained URLs included).
 
-    One metadata request (``info``) captures the object's size and identity; no data is read.
+    One request captures the object's size and identity. On S3 that request is a ranged
+    ``GetObject`` of the first ``head`` bytes (the magic bytes every format starts with; a
+    format whose metadata sits at the start, like HDF5, asks for more, since a round trip
+    costs about the same for 128 bytes or 64 KiB); elsewhere it is ``info`` and no data is
+    read.
 
     Parameters
     ----------
@@ -424,15 +465,85 @@ def open_reader(url: str, storage_options: Mapping[str, Any] | None = None) -> R
         Local path or fsspec URL, e.g. ``"s3://bucket/a.npy"`` or ``"simplecache::s3://..."``.
     storage_options : mapping, optional
         Keyword arguments for the filesystem (fsspec's ``storage_options``).
+    head : int
+        Bytes to read with the identity on S3 (0: a plain ``HeadObject``).
 
     Returns
     -------
     RangeReader
     """
     fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+    name = fs.unstrip_protocol(path) if not isinstance(fs, LocalFileSystem) else path
+    if head > 0 and _is_s3(fs):
+        identity, first = _s3_open(fs, path, name, head)
+        return RangeReader(fs, path, identity, head=first)
     info = fs.info(path)
     if isinstance(fs, LocalFileSystem):
         st = os.stat(path)
         info = {"size": st.st_size, "mtime": st.st_mtime, "ino": st.st_ino, "type": info["type"]}
-    name = fs.unstrip_protocol(path) if not isinstance(fs, LocalFileSystem) else path
     return RangeReader(fs, path, ObjectIdentity.from_info(name, info))
+
+
+def _s3_open(fs: Any, path: str, name: str, head: int) -> tuple[ObjectIdentity, bytes]:
+    """Identity and first ``head`` bytes of an S3 object from one ranged ``GetObject``.
+
+    The response carries what ``HeadObject`` would (ETag, LastModified, VersionId) and the
+    total size in ``Content-Range``, so opening costs one round trip instead of two. An empty
+    object (no range can be satisfied) falls back to ``info``.
+    """
+    from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
+
+    bucket, key, version = fs.split_path(path)
+    pin = {"VersionId": version} if version else {}
+
+    async def get() -> tuple[dict[str, Any], bytes]:
+        resp = await fs._call_s3(
+            "get_object", Bucket=bucket, Key=key, Range=f"bytes=0-{head - 1}", **pin
+        )
+        body = resp["Body"]
+        try:
+            data: bytes = await body.read()
+        finally:
+            body.close()
+        return resp, data
+
+    problem: BaseException | str | None = None
+    for attempt in range(REMOTE_ATTEMPTS):
+        try:
+            resp, data = sync(fs.loop, get)
+        except (FileNotFoundError, PermissionError):
+            raise
+        except Exception as exc:  # retried like any range read; FetchError after the budget
+            code = _error_code(exc)
+            if code in ("InvalidRange", "416"):  # an empty object: no range is satisfiable
+                return ObjectIdentity.from_info(name, fs.info(path)), b""
+            if code in ("AccessDenied", "403", "NoSuchBucket", "NoSuchKey", "404"):
+                raise
+            problem = exc
+        else:
+            match = _CONTENT_RANGE.fullmatch(str(resp.get("ContentRange") or ""))
+            if match is None or match.group(3) == "*":
+                size = resp.get("ContentLength")  # a whole-object answer (range ignored)
+                if not isinstance(size, int) or size != len(data):
+                    problem = f"no usable Content-Range ({resp.get('ContentRange')!r})"
+                    size = None
+            else:
+                size = int(match.group(3))
+            if size is not None:
+                want = min(head, size)
+                if len(data) >= want:
+                    info = {
+                        "size": size,
+                        "ETag": resp.get("ETag"),
+                        "LastModified": resp.get("LastModified"),
+                        "VersionId": resp.get("VersionId"),
+                    }
+                    return ObjectIdentity.from_info(name, info), bytes(data[:want])
+                problem = f"got {len(data)} bytes, expected {want}"
+        if attempt < REMOTE_ATTEMPTS - 1:
+            delay = min(RETRY_DELAY_MAX, RETRY_DELAY * 2**attempt)
+            time.sleep(delay * (1 + random.random() / 2))
+    raise FetchError(
+        f"{name}: reading bytes [0, {head}) at open failed after {REMOTE_ATTEMPTS} "
+        f"attempts: {problem}"
+    )

@@ -1,0 +1,80 @@
+"""Opening an S3 object costs one request: a ranged GET that also carries its identity."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+
+import npystore
+from npystore.errors import ConsistencyError, FormatError
+from npystore.fetch import open_reader
+
+
+def _npy_bytes(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    return buf.getvalue()
+
+
+def test_open_is_one_get_and_no_head(s3: Any) -> None:
+    url = s3.put_bytes(_npy_bytes(np.arange(10_000.0)), "one.npy")
+    with s3.counter.measure() as m:
+        reader = open_reader(url, s3.storage_options, head=128)
+    assert (m.gets, m.heads) == (1, 0)
+    assert m.ranges == [(0, 127)]
+    assert reader.size == 80_128
+    assert reader.head == _npy_bytes(np.arange(10_000.0))[:128]
+    fields = dict(reader.identity.fields)
+    info = s3.fs.info(url)
+    assert fields["ETag"] == str(info["ETag"])  # the same identity HeadObject reports
+    with s3.counter.measure() as m:  # inside the head: no request
+        assert reader.read(6, 10) == reader.head[6:10]
+        assert reader.read_many([(0, 8), (100, 128)]) == [reader.head[:8], reader.head[100:]]
+    assert m.requests == 0
+
+
+def test_data_reads_never_come_from_the_head(s3: Any) -> None:
+    """A tiny file fits in the head, but computing it asks S3 (pinned) all the same."""
+    url = s3.put_bytes(b"0123456789", "tiny.bin")
+    reader = open_reader(url, s3.storage_options, head=4096)
+    assert reader.head == b"0123456789"
+    s3.put_bytes(b"abcdefghij", "tiny.bin")
+    assert reader.read(0, 4) == b"0123"  # the snapshot taken at open
+    with pytest.raises(ConsistencyError, match=r"tiny\.bin"):
+        reader.readinto_many([(0, memoryview(bytearray(4)))])
+
+
+def test_empty_object_opens_with_its_identity(s3: Any) -> None:
+    url = s3.put_bytes(b"", "empty.npy")
+    reader = open_reader(url, s3.storage_options, head=128)
+    assert reader.size == 0
+    assert reader.head == b""
+    with pytest.raises(FormatError, match=r"empty\.npy"):
+        npystore.open(url, storage_options=s3.storage_options)
+
+
+def test_missing_object_is_file_not_found(s3: Any) -> None:
+    with pytest.raises(FileNotFoundError):
+        open_reader(s3.url("nothing-here.npy"), s3.storage_options, head=128)
+
+
+def test_mat73_listing_is_one_request(s3: Any, tmp_path: Path) -> None:
+    """MATLAB puts the superblock, root group and object headers first: one GET lists them."""
+    path = tmp_path / "two.mat"
+    with h5py.File(path, "w", userblock_size=512) as h:
+        for name, value in (("a", np.arange(6.0).reshape(2, 3)), ("b", np.ones((4, 1)))):
+            d = h.create_dataset(name, data=value)
+            d.attrs["MATLAB_class"] = np.bytes_("double")
+    with path.open("r+b") as f:
+        f.write(b"MATLAB 7.3 MAT-file, Platform: GLNXA64".ljust(116) + b"\0" * 8 + b"\x00\x02IM")
+    url = s3.put_file(path, "two.mat")
+    with s3.counter.measure() as m:
+        mat = npystore.open_mat(url, storage_options=s3.storage_options)
+        info = mat.variables
+    assert sorted(info) == ["a", "b"]
+    assert (m.gets, m.heads) == (1, 0)
