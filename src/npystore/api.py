@@ -15,6 +15,7 @@ import numpy as np
 
 from npystore.access import LayoutArray
 from npystore.errors import FormatError, UnsupportedError
+from npystore.faces.dask import DEFAULT_MAX_CHUNKS, to_dask
 from npystore.fetch import RangeReader, open_reader
 from npystore.formats import npy
 from npystore.layout import ArrayLayout, Order, PickledExtent, RawExtent
@@ -142,6 +143,7 @@ def open_npy(
     storage_options: StorageOptions = None,
     allow_pickle: bool = False,
     max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+    max_chunks: int = DEFAULT_MAX_CHUNKS,
 ) -> da.Array:
     """Open an ``.npy`` file as a lazy dask array; no data is read until chunks compute.
 
@@ -159,7 +161,10 @@ def open_npy(
         Allow object arrays, which are stored as pickles (unpickling runs code from the
         file). Such arrays are read whole when computed.
     max_header_size : int
-        Largest header accepted, in bytes.
+        Largest header accepted, in bytes (default 16 MiB).
+    max_chunks : int
+        Most chunks (one dask task each) the array may have (default 1,000,000), checked
+        before the graph is built; integer ``chunks`` are counted without expanding them.
 
     Returns
     -------
@@ -171,9 +176,11 @@ def open_npy(
     Raises
     ------
     FormatError
-        Malformed or truncated file.
+        Malformed or truncated file (a header declaring more data than the file holds, or
+        longer than ``max_header_size``).
     UnsupportedError
-        An object array without ``allow_pickle=True``.
+        An object array without ``allow_pickle=True``; ``chunks`` giving more than
+        ``max_chunks`` chunks.
 
     Examples
     --------
@@ -192,6 +199,7 @@ def open_npy(
         chunks=chunks,
         allow_pickle=allow_pickle,
         max_header_size=max_header_size,
+        max_chunks=max_chunks,
     )
 
 
@@ -202,10 +210,10 @@ def _npy_dask(
     chunks: Any = "auto",
     allow_pickle: bool = False,
     max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+    max_chunks: int = DEFAULT_MAX_CHUNKS,
 ) -> da.Array:
-    from npystore.faces.dask import to_dask  # noqa: PLC0415 - dask loads on first use
-
-    return to_dask(_open_layout_array(reader, prefix, allow_pickle, max_header_size), chunks)
+    array = _open_layout_array(reader, prefix, allow_pickle, max_header_size)
+    return to_dask(array, chunks, max_chunks=max_chunks)
 
 
 def load(
@@ -304,7 +312,10 @@ def open(
     storage_options : mapping, optional
         Filesystem options, as fsspec's ``storage_options``.
     **kwargs
-        Passed on to the format's opener (e.g. ``chunks``, ``allow_pickle`` for ``.npy``).
+        Passed on to the format's opener: :func:`open_npy`, :func:`~npystore.open_npz` or
+        :func:`~npystore.open_mat` (e.g. ``chunks`` and ``max_chunks`` for all three,
+        ``allow_pickle`` and ``max_header_size`` for ``.npy`` and ``.npz``,
+        ``max_members`` for ``.npz``, ``max_depth`` and ``squeeze`` for ``.mat``).
 
     Returns
     -------
@@ -315,9 +326,12 @@ def open(
     Raises
     ------
     FormatError
-        The bytes are not a known format.
+        The bytes are not a known format, or the file is malformed.
     UnsupportedError
-        A recognised format that this version of npystore cannot open yet.
+        A recognised format that this version of npystore cannot open yet, or a limit
+        (``max_members``, ``max_chunks``) exceeded.
+    TypeError
+        A keyword the format's opener does not take.
     """
     reader = open_reader(url, storage_options)
     prefix = _read_prefix(reader)

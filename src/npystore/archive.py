@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader
@@ -43,6 +43,9 @@ _DEFLATED_PREFIX: Final = 1024
 _MAX_ROUNDS: Final = 6
 #: Largest central directory read (1,000,000 entries with long names fit).
 MAX_DIRECTORY_SIZE: Final = 512 * 2**20
+#: Default most members an archive may declare (``max_members``): the count is checked
+#: before the central directory is read, so a hostile ZIP64 count costs nothing.
+DEFAULT_MAX_MEMBERS: Final = 1_000_000
 _T = TypeVar("_T")
 
 STORED, DEFLATED = 0, 8
@@ -91,6 +94,23 @@ class ZipArchive:
         Largest npy header accepted in a member.
     index_cache : str, optional
         Local directory where deflate indexes are kept across processes and sessions.
+    max_members : int
+        Most members the archive may declare. The count in the end record is checked
+        before the central directory is read.
+
+    Raises
+    ------
+    FormatError
+        A malformed directory, among them an end record declaring more members than its
+        central directory can hold (each takes at least 46 bytes).
+    UnsupportedError
+        More than ``max_members`` members, a central directory larger than
+        :data:`MAX_DIRECTORY_SIZE`, a split archive, encrypted members.
+
+    Notes
+    -----
+    Instances pickle (for dask workers) with the directory, the resolved headers and any
+    built deflate indexes; the lock is recreated on unpickling.
     """
 
     def __init__(
@@ -99,7 +119,10 @@ class ZipArchive:
         *,
         max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
         index_cache: str | None = None,
+        max_members: int = DEFAULT_MAX_MEMBERS,
     ) -> None:
+        if max_members < 0:
+            raise ValueError(f"max_members must be >= 0, got {max_members}")
         self.reader = reader
         self.index_cache = index_cache
         self.url = reader.url
@@ -119,6 +142,13 @@ class ZipArchive:
                 ),
                 *self._window(end.zip64_record_offset or 0, zipdir.ZIP64_RECORD_SIZE),
             )
+        # zipdir has already refused a count its directory cannot hold (46 bytes per member)
+        if end.entries > max_members:
+            raise UnsupportedError(
+                f"{self.url}: the archive declares {end.entries} members, more than "
+                f"max_members={max_members}; pass max_members={end.entries} (or more) to "
+                "open it"
+            )
         if end.cd_size > MAX_DIRECTORY_SIZE:
             raise UnsupportedError(
                 f"{self.url}: the central directory has {end.cd_size} bytes, more than the "
@@ -127,7 +157,7 @@ class ZipArchive:
         final_end = end
         self.directory = self._parse(
             lambda data, start: zipdir.parse_central_directory(
-                data, start, final_end, size, source=self.url
+                data, start, final_end, size, source=self.url, max_entries=max_members
             ),
             *self._window(end.cd_offset, end.cd_size),
         )
@@ -139,6 +169,16 @@ class ZipArchive:
 
     def __repr__(self) -> str:
         return f"ZipArchive({self.url!r}, members={len(self.entries)})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:
+            state = dict(self.__dict__, _infos=dict(self._infos), _slots=dict(self._slots))
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def _window(self, start: int, length: int) -> tuple[bytes, int]:
         """Bytes ``[start, start + length)``: a slice of the tail, or one read."""
@@ -257,7 +297,7 @@ class ZipArchive:
             text = payload[: entry.compressed_size]
             complete = len(payload) >= entry.compressed_size
         elif entry.method == DEFLATED:
-            text, complete = _inflate_prefix(payload, entry, source)
+            text, complete = _inflate_prefix(payload, entry, source, self.max_header_size)
         else:
             raise UnsupportedError(
                 f"{source}: compression method {entry.method} is not supported "
@@ -320,10 +360,13 @@ class ZipArchive:
             return self._slots.setdefault(name, IndexSlot(cache_dir=self.index_cache))
 
 
-def _inflate_prefix(payload: bytes, entry: zipdir.ZipEntry, source: str) -> tuple[bytes, bool]:
-    """Inflate what the compressed prefix gives; ``complete`` if it was the whole member."""
+def _inflate_prefix(
+    payload: bytes, entry: zipdir.ZipEntry, source: str, max_header_size: int
+) -> tuple[bytes, bool]:
+    """Inflate what the compressed prefix gives, up to the longest header accepted;
+    ``complete`` if it was the whole member."""
     d = deflate.raw_decompressobj()
-    limit = min(entry.uncompressed_size, npy.DEFAULT_MAX_HEADER_SIZE + npy.PREAMBLE_MAX_LEN)
+    limit = min(entry.uncompressed_size, max_header_size + npy.PREAMBLE_MAX_LEN)
     try:
         out = d.decompress(payload[: entry.compressed_size], max(1, limit))
     except deflate.INFLATE_ERRORS as exc:

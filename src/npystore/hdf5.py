@@ -73,6 +73,9 @@ _PRELOAD_BYTES: Final = 32 * 2**20
 _MAX_CONTINUATIONS: Final = 64
 #: Largest object header block read when looking for its layout.
 _MAX_HEADER_BLOCK: Final = 2**20
+#: Most chunks of one dataset's chunk grid (its offsets, sizes and masks take 20 bytes each,
+#: allocated up front: a 2 KB file may declare a grid of 2**40 chunks).
+MAX_CHUNK_GRID: Final = 1 << 24
 
 
 class AddressCheck:
@@ -440,7 +443,7 @@ def _contiguous(
     nbytes = math.prod(shape) * dtype.itemsize
     offset = dset.id.get_offset()
     if offset is None or dset.id.get_storage_size() == 0:  # never written
-        return _unwritten(shape, dtype, _fill_bytes(dcpl, dtype))
+        return _unwritten(shape, dtype, _fill_bytes(dcpl, dtype), source)
     offset = int(offset)
     offset += check.contiguous_shift_of(dset, offset, nbytes, userblock, source)
     if offset + nbytes > reader.size:
@@ -451,14 +454,14 @@ def _contiguous(
     return RawExtent(offset, nbytes)
 
 
-def _unwritten(shape: tuple[int, ...], dtype: np.dtype[Any], fill: bytes) -> Storage:
+def _unwritten(shape: tuple[int, ...], dtype: np.dtype[Any], fill: bytes, source: str) -> Storage:
     """A never-written dataset: inline fill values, or a grid of unwritten chunks."""
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes <= _INLINE_FILL_LIMIT:
         return InlineExtent(fill * math.prod(shape) if fill else bytes(nbytes))
     row = math.prod(shape[1:]) * dtype.itemsize
     chunk = (max(1, _FILL_CHUNK_BYTES // max(row, 1)), *shape[1:])
-    grid = tuple(-(-n // c) for n, c in zip(shape, chunk, strict=True))
+    grid = _grid(shape, chunk, source)
     return ChunkedExtent(
         chunk,
         np.full(grid, -1, dtype=np.int64),
@@ -498,7 +501,7 @@ def _chunked(
     chunk = tuple(int(c) for c in dset.chunks)
     if len(chunk) != len(shape) or any(c <= 0 for c in chunk):
         raise FormatError(f"{source}: chunk shape {chunk} for a dataset of shape {shape}")
-    grid = tuple(-(-n // c) for n, c in zip(shape, chunk, strict=True))
+    grid = _grid(shape, chunk, source)
     offsets = np.full(grid, -1, dtype=np.int64)
     sizes = np.zeros(grid, dtype=np.int64)
     masks = np.zeros(grid, dtype=np.uint32)
@@ -630,3 +633,15 @@ def _header_messages(
         messages.extend(block.messages)
         todo.extend(block.continuations)
     return tuple(messages)
+
+
+def _grid(shape: tuple[int, ...], chunk: tuple[int, ...], source: str) -> tuple[int, ...]:
+    """The chunk grid of ``shape``, refused before anything is allocated when too large."""
+    grid = tuple(-(-n // c) for n, c in zip(shape, chunk, strict=True))
+    if math.prod(grid) > MAX_CHUNK_GRID:
+        raise UnsupportedError(
+            f"{source}: a dataset of shape {shape} in chunks of {chunk} has a grid of "
+            f"{math.prod(grid)} chunks; npystore indexes at most {MAX_CHUNK_GRID} chunks "
+            f"per dataset"
+        )
+    return grid

@@ -106,12 +106,17 @@ class Mat73File:
             if isinstance(exc, NpystoreError):
                 raise
             raise FormatError(f"{self.source}: not a readable HDF5 (MAT v7.3) file: {exc}") from exc
+        self._max_depth = max_depth
         self._tree = mat73.Mat73Tree(self._h5, source=self.source, max_depth=max_depth)
         self._built: dict[mat73.MatNode, MatNode] = {}
         self._closed = False
 
     def __repr__(self) -> str:
         return f"Mat73File({self.source!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # h5py objects do not pickle: a copy (e.g. on a dask worker) reopens the file
+        return (_reopen, (self.reader, self._max_depth))
 
     def __enter__(self) -> Mat73File:
         return self
@@ -228,6 +233,11 @@ class Mat73File:
             else ArrayLayout(dtype, stored.shape, stored.order, ConvertedExtent(stored))
         )
         return LayoutArray(self.reader, layout, source=source)
+
+
+def _reopen(reader: RangeReader, max_depth: int) -> Mat73File:
+    """Unpickle a :class:`Mat73File`: open the same (pinned) object again."""
+    return Mat73File(reader, max_depth=max_depth)
 
 
 def _header_text(prefix: bytes) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from npystore.errors import FormatError, UnsupportedError
-from npystore.faces.dask import ChunksSpec, to_dask
+from npystore.faces.dask import DEFAULT_MAX_CHUNKS, ChunksSpec, to_dask
 from npystore.fetch import RangeReader, open_reader
 from npystore.formats import mat5
 from npystore.mattree import MatInfo, MatNode, NumericLeaf, to_value
@@ -36,6 +36,10 @@ __all__ = ["MatFile", "open_mat"]
 
 #: Bytes read first: the MAT header (128) and a v4 file's first matrix header.
 PREFIX_SIZE: Final = 128
+#: Bytes read with the object's identity when a remote file is opened: the MAT header and,
+#: in MATLAB-written v7.3 files, the superblock, root group and variables' object headers,
+#: so listing a file costs one round trip (see :func:`npystore.fetch.open_reader`).
+OPEN_HEAD: Final = 64 * 2**10
 
 
 class MatReader(Protocol):
@@ -73,10 +77,18 @@ class MatFile(Mapping[str, Any]):
         The file's descriptive text ("" for v4).
     """
 
-    def __init__(self, reader: MatReader, *, chunks: ChunksSpec = "auto", squeeze: bool = False):
+    def __init__(
+        self,
+        reader: MatReader,
+        *,
+        chunks: ChunksSpec = "auto",
+        squeeze: bool = False,
+        max_chunks: int = DEFAULT_MAX_CHUNKS,
+    ):
         self._reader = reader
         self._chunks = chunks
         self._squeeze = squeeze
+        self._max_chunks = max_chunks
         self._infos = reader.infos()
         self._nodes: dict[str, MatNode] = {}
         self.url = reader.source
@@ -153,7 +165,7 @@ class MatFile(Mapping[str, Any]):
 
     def _numeric(self, leaf: NumericLeaf) -> da.Array:
         prefix = "mat-" + leaf.array.source.rsplit(":", 1)[-1][:40].replace("/", "_")
-        arr = to_dask(leaf.array, self._chunks, prefix=prefix)
+        arr = to_dask(leaf.array, self._chunks, prefix=prefix, max_chunks=self._max_chunks)
         shaped: da.Array = _shape(arr, leaf, self._squeeze)
         return shaped
 
@@ -171,6 +183,7 @@ def open_mat(
     storage_options: Mapping[str, Any] | None = None,
     squeeze: bool = False,
     max_depth: int = 64,
+    max_chunks: int = DEFAULT_MAX_CHUNKS,
 ) -> MatFile:
     """Open a MATLAB .mat file (v7.3, v7, v6 or v4) as a mapping of lazy values.
 
@@ -189,7 +202,11 @@ def open_mat(
     squeeze : bool
         Drop length-1 dimensions of numeric arrays (MATLAB sizes are at least 2-D).
     max_depth : int
-        Most nesting levels of cells and structs (deeper files raise FormatError).
+        Most nesting levels of cells and structs (deeper files raise FormatError when the
+        variable is read); at most 256.
+    max_chunks : int
+        Most chunks (one dask task each) a numeric variable's array may have (default
+        1,000,000), checked before its graph is built.
 
     Returns
     -------
@@ -200,11 +217,16 @@ def open_mat(
     FormatError
         Not a MAT-file, or malformed.
     UnsupportedError
-        A valid file using features npystore does not read (e.g. unknown HDF5 filters).
+        A valid file using features npystore does not read (e.g. unknown HDF5 filters);
+        ``chunks`` giving a variable more than ``max_chunks`` chunks.
+    ValueError
+        ``max_depth`` outside 1 to 256.
     """
-    reader = open_reader(url, storage_options)
+    reader = open_reader(url, storage_options, head=OPEN_HEAD)
     prefix = reader.read(0, min(reader.size, PREFIX_SIZE))
-    return mat_from_reader(reader, prefix, chunks=chunks, squeeze=squeeze, max_depth=max_depth)
+    return mat_from_reader(
+        reader, prefix, chunks=chunks, squeeze=squeeze, max_depth=max_depth, max_chunks=max_chunks
+    )
 
 
 def mat_from_reader(
@@ -214,9 +236,15 @@ def mat_from_reader(
     chunks: ChunksSpec = "auto",
     squeeze: bool = False,
     max_depth: int = 64,
+    max_chunks: int = DEFAULT_MAX_CHUNKS,
 ) -> MatFile:
     """:func:`open_mat` for an open reader whose first bytes were read already."""
-    return MatFile(_mat_reader(reader, prefix, max_depth), chunks=chunks, squeeze=squeeze)
+    return MatFile(
+        _mat_reader(reader, prefix, max_depth),
+        chunks=chunks,
+        squeeze=squeeze,
+        max_chunks=max_chunks,
+    )
 
 
 def _mat_reader(reader: RangeReader, prefix: bytes, max_depth: int) -> MatReader:

@@ -18,20 +18,18 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from npystore.access import LayoutArray
-from npystore.archive import MemberInfo, ZipArchive, member_key
+from npystore.archive import DEFAULT_MAX_MEMBERS, MemberInfo, ZipArchive, member_key
 from npystore.errors import FormatError
+from npystore.faces.dask import DEFAULT_MAX_CHUNKS, to_dask
 from npystore.fetch import RangeReader, open_reader
 from npystore.formats import npy
 from npystore.inflate import build_or_load_index, inflate_into
 from npystore.layout import DeflatedMember
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["NpzFile", "open_npz"]
 
@@ -39,7 +37,19 @@ __all__ = ["NpzFile", "open_npz"]
 class NpzFile(Mapping[str, Any]):
     """A read-only mapping of an ``.npz`` archive's members to lazy dask arrays.
 
-    Use :func:`open_npz` (or :func:`npystore.open`) to make one.
+    Use :func:`open_npz` (or :func:`npystore.open`) to make one. Instances pickle (the lock
+    is recreated), so they can be passed to dask or distributed tasks.
+
+    Parameters
+    ----------
+    archive : ZipArchive
+        The archive's directory.
+    chunks : chunk spec
+        Dask chunks of every member (see :func:`open_npz`).
+    allow_pickle : bool
+        Allow object-array members.
+    max_chunks : int
+        Most chunks (dask tasks) one member's array may have.
     """
 
     def __init__(
@@ -48,11 +58,13 @@ class NpzFile(Mapping[str, Any]):
         *,
         chunks: Any = "auto",
         allow_pickle: bool = False,
+        max_chunks: int = DEFAULT_MAX_CHUNKS,
     ) -> None:
         self.archive = archive
         self.url = archive.url
         self._chunks = chunks
         self._allow_pickle = allow_pickle
+        self._max_chunks = max_chunks
         self._by_key = {member_key(name): name for name in archive.names}
         self.files: list[str] = list(self._by_key)
         self._arrays: dict[str, Any] = {}
@@ -77,9 +89,12 @@ class NpzFile(Mapping[str, Any]):
         if info.header is None:
             value = self._member_bytes(info)
         else:
-            from npystore.faces.dask import to_dask  # noqa: PLC0415 - dask loads on first use
-
-            value = to_dask(self.array(key), self._chunks, prefix=_dask_prefix(info.key))
+            value = to_dask(
+                self.array(key),
+                self._chunks,
+                prefix=_dask_prefix(info.key),
+                max_chunks=self._max_chunks,
+            )
         with self._lock:
             return self._arrays.setdefault(name, value)
 
@@ -94,6 +109,16 @@ class NpzFile(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"NpzFile({self.url!r}, files={self.files!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:
+            state = dict(self.__dict__, _arrays=dict(self._arrays))
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def __enter__(self) -> NpzFile:
         return self
@@ -179,6 +204,8 @@ def open_npz(
     allow_pickle: bool = False,
     max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
     index_cache: str | None = None,
+    max_members: int = DEFAULT_MAX_MEMBERS,
+    max_chunks: int = DEFAULT_MAX_CHUNKS,
 ) -> NpzFile:
     """Open an ``.npz`` archive as a read-only mapping of lazy dask arrays.
 
@@ -202,6 +229,12 @@ def open_npz(
         A local directory where deflate checkpoint indexes are kept, keyed by the object's
         identity (URL, size, ETag/mtime) and the member: later sessions and other processes
         (e.g. dask workers on the same machine) reuse them instead of re-reading the member.
+    max_members : int
+        Most members the archive may declare (default 1,000,000). The count in the end
+        record (ZIP64: up to 2**64 - 1) is checked before the central directory is read.
+    max_chunks : int
+        Most chunks (dask tasks) one member's array may have (default 1,000,000), checked
+        before its graph is built.
 
     Returns
     -------
@@ -213,7 +246,11 @@ def open_npz(
     ------
     FormatError
         A malformed or hostile archive (truncated, bad signatures, offsets out of bounds,
-        overlapping members, unsafe names, headers declaring more data than a member holds).
+        overlapping members, unsafe names, headers declaring more data than a member holds,
+        more members than the central directory can hold).
+    UnsupportedError
+        More than ``max_members`` members; when a member is accessed, ``chunks`` that
+        would give it more than ``max_chunks`` chunks.
 
     Examples
     --------
@@ -232,6 +269,8 @@ def open_npz(
         allow_pickle=allow_pickle,
         max_header_size=max_header_size,
         index_cache=index_cache,
+        max_members=max_members,
+        max_chunks=max_chunks,
     )
 
 
@@ -242,8 +281,15 @@ def _npz_from_reader(
     allow_pickle: bool = False,
     max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
     index_cache: str | None = None,
+    max_members: int = DEFAULT_MAX_MEMBERS,
+    max_chunks: int = DEFAULT_MAX_CHUNKS,
 ) -> NpzFile:
     if reader.size < 22:
         raise FormatError(f"{reader.url}: {reader.size} bytes is too short for a ZIP archive")
-    archive = ZipArchive(reader, max_header_size=max_header_size, index_cache=index_cache)
-    return NpzFile(archive, chunks=chunks, allow_pickle=allow_pickle)
+    archive = ZipArchive(
+        reader,
+        max_header_size=max_header_size,
+        index_cache=index_cache,
+        max_members=max_members,
+    )
+    return NpzFile(archive, chunks=chunks, allow_pickle=allow_pickle, max_chunks=max_chunks)

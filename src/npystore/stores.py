@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from npystore.access import LayoutArray
 from npystore.api import _open_layout_array, _read_prefix, sniff
+from npystore.archive import DEFAULT_MAX_MEMBERS, ZipArchive
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader, open_reader
 from npystore.formats import npy
@@ -27,7 +28,7 @@ __all__ = ["open_store", "to_kerchunk"]
 MAX_INLINE_CHUNK: Final = 8 * 2**20
 
 
-def _nodes(reader: RangeReader, *, max_header_size: int) -> dict[str, Node]:
+def _nodes(reader: RangeReader, *, max_header_size: int, max_members: int) -> dict[str, Node]:
     from npystore.faces.zarr_store import ArrayNode, GroupNode, node_name  # noqa: PLC0415
 
     prefix = _read_prefix(reader)
@@ -37,9 +38,7 @@ def _nodes(reader: RangeReader, *, max_header_size: int) -> dict[str, Node]:
         array = _open_layout_array(reader, prefix, False, max_header_size)
         return {"": ArrayNode(array, attributes=about)}
     if kind == "npz":
-        from npystore.archive import ZipArchive  # noqa: PLC0415
-
-        archive = ZipArchive(reader, max_header_size=max_header_size)
+        archive = ZipArchive(reader, max_header_size=max_header_size, max_members=max_members)
         infos = archive.resolve(archive.names)
         nodes: dict[str, Node] = {}
         skipped: dict[str, str] = {}
@@ -83,6 +82,7 @@ def open_store(
     *,
     storage_options: Mapping[str, Any] | None = None,
     max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+    max_members: int = DEFAULT_MAX_MEMBERS,
 ) -> LayoutStore:
     """Open a file as a read-only Zarr v3 store.
 
@@ -102,11 +102,21 @@ def open_store(
         Filesystem options, as fsspec's ``storage_options``.
     max_header_size : int
         Largest npy header accepted.
+    max_members : int
+        Most members an ``.npz`` archive may declare (default 1,000,000), checked before its
+        central directory is read.
 
     Returns
     -------
     LayoutStore
         A ``zarr.abc.store.Store``; writes raise :class:`~npystore.errors.UnsupportedError`.
+
+    Raises
+    ------
+    FormatError
+        Malformed input, as for :func:`~npystore.open`.
+    UnsupportedError
+        An archive with more than ``max_members`` members, or input npystore does not read.
 
     Examples
     --------
@@ -119,7 +129,8 @@ def open_store(
     from npystore.faces.zarr_store import LayoutStore  # noqa: PLC0415
 
     reader = open_reader(url, storage_options)
-    return LayoutStore(_nodes(reader, max_header_size=max_header_size), url=reader.url)
+    nodes = _nodes(reader, max_header_size=max_header_size, max_members=max_members)
+    return LayoutStore(nodes, url=reader.url)
 
 
 def to_kerchunk(
@@ -127,6 +138,7 @@ def to_kerchunk(
     *,
     storage_options: Mapping[str, Any] | None = None,
     max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+    max_members: int = DEFAULT_MAX_MEMBERS,
 ) -> dict[str, Any]:
     """Kerchunk version-1 references for a file (plain JSON-serialisable dict).
 
@@ -138,15 +150,32 @@ def to_kerchunk(
     Open the result with ``fsspec.filesystem("reference", fo=refs, remote_protocol=...)`` and
     zarr (Zarr v3 metadata; npystore's data types are registered on ``import npystore``).
 
+    Parameters
+    ----------
+    url : str
+        Local path or any fsspec URL.
+    storage_options : mapping, optional
+        Filesystem options, as fsspec's ``storage_options``.
+    max_header_size : int
+        Largest npy header accepted.
+    max_members : int
+        Most members an ``.npz`` archive may declare (default 1,000,000).
+
+    Returns
+    -------
+    dict
+        ``{"version": 1, "refs": {...}}``.
+
     Raises
     ------
     UnsupportedError
-        A chunk that must be inlined is larger than :data:`MAX_INLINE_CHUNK`.
+        A chunk that must be inlined is larger than :data:`MAX_INLINE_CHUNK`, or an archive
+        with more than ``max_members`` members.
     """
     from npystore.faces.zarr_store import ArrayNode, LayoutStore  # noqa: PLC0415
 
     reader = open_reader(url, storage_options)
-    nodes = _nodes(reader, max_header_size=max_header_size)
+    nodes = _nodes(reader, max_header_size=max_header_size, max_members=max_members)
     store = LayoutStore(nodes, url=reader.url)
     target = reader.fs.unstrip_protocol(reader.path)
     refs: dict[str, Any] = {}

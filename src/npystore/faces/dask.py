@@ -9,7 +9,9 @@ chunks (``fancy=True``: dask 2026.8 fuses slices only into fancy-capable getters
 
 from __future__ import annotations
 
-from typing import Any
+import math
+import numbers
+from typing import Any, Final
 
 import dask
 import dask.array as da
@@ -18,6 +20,7 @@ from dask.base import tokenize
 from dask.utils import parse_bytes
 
 from npystore.access import LayoutArray
+from npystore.errors import UnsupportedError
 from npystore.layout import (
     ArrayLayout,
     ChunkedExtent,
@@ -27,11 +30,21 @@ from npystore.layout import (
     storage_token,
 )
 
-__all__ = ["ChunksSpec", "native_chunks", "normalize_layout_chunks", "to_dask"]
+__all__ = [
+    "DEFAULT_MAX_CHUNKS",
+    "ChunksSpec",
+    "check_chunk_count",
+    "native_chunks",
+    "normalize_layout_chunks",
+    "to_dask",
+]
 
 ChunksSpec = Any  # whatever dask accepts: "auto", int, tuple, dict, -1, None
 #: Largest "auto" chunk of a deflated member.
 DEFLATED_CHUNK_TARGET = 32 * 2**20
+#: Default most chunks (tasks) in one array's graph (``max_chunks`` of the open functions).
+#: A million tasks already cost dask seconds of scheduling and gigabytes of graph.
+DEFAULT_MAX_CHUNKS: Final = 1_000_000
 
 
 def normalize_layout_chunks(array: LayoutArray, chunks: ChunksSpec) -> tuple[tuple[int, ...], ...]:
@@ -80,7 +93,13 @@ def native_chunks(layout: ArrayLayout) -> tuple[int, ...] | None:
     return None
 
 
-def to_dask(array: LayoutArray, chunks: ChunksSpec = "auto", *, prefix: str = "npy") -> da.Array:
+def to_dask(
+    array: LayoutArray,
+    chunks: ChunksSpec = "auto",
+    *,
+    prefix: str = "npy",
+    max_chunks: int = DEFAULT_MAX_CHUNKS,
+) -> da.Array:
     """A lazy dask array over ``array``, named deterministically from the object's identity.
 
     Parameters
@@ -91,12 +110,26 @@ def to_dask(array: LayoutArray, chunks: ChunksSpec = "auto", *, prefix: str = "n
         ``"auto"`` or anything :func:`dask.array.core.normalize_chunks` accepts.
     prefix : str
         Prefix of the dask name (e.g. ``"npy"``, or a member name).
+    max_chunks : int
+        Most chunks (one task each) the array may have. Integer chunk sizes are counted
+        arithmetically before dask expands them, so ``chunks=1`` on a huge shape fails at
+        once instead of building the chunk tuples; the exact count is checked again after
+        normalisation, before the graph is built.
 
     Returns
     -------
     dask.array.Array
+
+    Raises
+    ------
+    UnsupportedError
+        ``chunks`` would give more than ``max_chunks`` chunks.
     """
+    if not array.dtype.hasobject:  # a pickled array is one chunk whatever the spec
+        least, exact = _least_blocks(chunks, array.shape)
+        check_chunk_count(array, chunks, least, max_chunks, exact=exact)
     normalized = normalize_layout_chunks(array, chunks)
+    check_chunk_count(array, chunks, math.prod(len(c) for c in normalized), max_chunks, exact=True)
     layout = array.layout
     token = tokenize(
         "npystore-v1",
@@ -120,3 +153,75 @@ def to_dask(array: LayoutArray, chunks: ChunksSpec = "auto", *, prefix: str = "n
         inline_array=False,
     )
     return result
+
+
+def check_chunk_count(
+    array: LayoutArray, chunks: ChunksSpec, count: int, max_chunks: int, *, exact: bool = False
+) -> None:
+    """Refuse ``count`` chunks when it is more than ``max_chunks``.
+
+    Parameters
+    ----------
+    array : LayoutArray
+        The array being chunked (named in the message).
+    chunks : chunk spec
+        The spec the user passed (shown in the message).
+    count : int
+        The number of chunks it gives (``exact``) or at least gives.
+    max_chunks : int
+        The limit.
+    exact : bool
+        Whether ``count`` is exact rather than a lower bound.
+
+    Raises
+    ------
+    ValueError
+        ``max_chunks`` is less than 1.
+    UnsupportedError
+        ``count`` is more than ``max_chunks``.
+    """
+    if max_chunks < 1:
+        raise ValueError(f"max_chunks must be at least 1, got {max_chunks}")
+    if count <= max_chunks:
+        return
+    spec = repr(chunks)
+    if len(spec) > 60:
+        spec = spec[:57] + "..."
+    raise UnsupportedError(
+        f"{array.source}: chunks={spec} would split shape {array.shape} into "
+        f"{'' if exact else 'at least '}{count:_} chunks (one dask task each), more than "
+        f"max_chunks={max_chunks:_}; pass larger chunks (e.g. chunks='auto') or a larger "
+        "max_chunks"
+    )
+
+
+def _least_blocks(chunks: ChunksSpec, shape: tuple[int, ...]) -> tuple[int, bool]:
+    """``(count, exact)``: the number of chunks ``chunks`` gives ``shape``, computed without
+    expanding the spec. Exact for integer sizes, ``-1``, ``None`` and explicit sizes; where
+    dask decides (``"auto"``, byte sizes) an axis counts 1, so ``count`` is a lower bound."""
+    ndim = len(shape)
+    per_axis: list[Any]
+    if isinstance(chunks, dict):
+        per_axis = [chunks.get(axis, -1) for axis in range(ndim)]
+    elif isinstance(chunks, tuple | list):
+        if len(chunks) != ndim:  # explicit sizes of a 1-D array, or a spec dask refuses
+            return (max(1, len(chunks)), False) if ndim == 1 else (1, False)
+        per_axis = list(chunks)
+    else:
+        per_axis = [chunks] * ndim
+    counts = [_axis_blocks(spec, n) for spec, n in zip(per_axis, shape, strict=True)]
+    return math.prod(c or 1 for c in counts), None not in counts
+
+
+def _axis_blocks(spec: Any, n: int) -> int | None:
+    """Chunks along an axis of length ``n``; None where dask decides."""
+    if isinstance(spec, tuple | list):
+        return max(1, len(spec))
+    if spec is None:
+        return 1
+    if isinstance(spec, bool) or not isinstance(spec, numbers.Integral):
+        return None
+    size = int(spec)
+    if size == -1:
+        return 1
+    return max(1, -(-n // size)) if size > 0 else None
