@@ -21,6 +21,7 @@ from npystore.formats.npy import NpyHeader
 from npystore.matfile import MatFile, open_mat
 from npystore.mattree import MatInfo, MatlabObject, MatStruct
 from npystore.npz import NpzFile, open_npz
+from npystore.npzfs import register_protocol as _register_npz_protocol
 from npystore.stores import open_store, to_kerchunk
 
 try:  # register npystore's Zarr data types with zarr (zarr does not load entry points itself)
@@ -29,6 +30,8 @@ except ImportError:  # pragma: no cover - zarr is optional
     pass
 else:
     from npystore.faces import dtypes as _dtypes  # noqa: F401
+
+_register_npz_protocol()  # npz:// for fsspec (also an fsspec.specs entry point)
 
 __version__ = "0.1.0"
 
