@@ -78,3 +78,24 @@ def test_mat73_listing_is_one_request(s3: Any, tmp_path: Path) -> None:
         info = mat.variables
     assert sorted(info) == ["a", "b"]
     assert (m.gets, m.heads) == (1, 0)
+
+
+@pytest.mark.parametrize("members", [3, 400])
+def test_open_npz_is_one_suffix_get(s3: Any, tmp_path: Path, members: int) -> None:
+    """The archive's tail comes with the identity: listing an archive is one request."""
+    path = tmp_path / "z.npz"
+    arrays = {f"a{i}": np.full((64,), i, dtype="<f8") for i in range(members)}
+    np.savez(path, **arrays)
+    url = s3.put_file(path, "z.npz")
+    size = path.stat().st_size
+    with s3.counter.measure() as m:
+        z = npystore.open_npz(url, storage_options=s3.storage_options)
+        files = z.files
+    assert files == list(arrays)
+    assert (m.gets, m.heads) == (1, 0)
+    # the last min(size, 256 KiB) bytes, asked for as a suffix range
+    assert m.bytes == min(size, 256 * 1024)
+    reader = z.archive.reader
+    assert reader.size == size
+    assert reader.tail == path.read_bytes()[-m.bytes :]
+    np.testing.assert_array_equal(z[f"a{members - 1}"].compute(), arrays[f"a{members - 1}"])

@@ -46,6 +46,9 @@ MAX_DIRECTORY_SIZE: Final = 512 * 2**20
 #: Default most members an archive may declare (``max_members``): the count is checked
 #: before the central directory is read, so a hostile ZIP64 count costs nothing.
 DEFAULT_MAX_MEMBERS: Final = 1_000_000
+#: Bytes read from the archive's end first (on S3 together with the object's identity, see
+#: :func:`npystore.fetch.open_reader`): the end record and, usually, the central directory.
+OPEN_TAIL: Final = 256 * 2**10
 _T = TypeVar("_T")
 
 STORED, DEFLATED = 0, 8
@@ -128,7 +131,7 @@ class ZipArchive:
         self.url = reader.url
         self.max_header_size = max_header_size
         size = reader.size
-        self._tail_offset = size - zipdir.tail_size(size)
+        self._tail_offset = size - zipdir.tail_size(size, OPEN_TAIL)
         self._tail = reader.read(self._tail_offset, size)
         end = self._parse(
             lambda data, start: zipdir.parse_end_record(data, start, size, source=self.url),

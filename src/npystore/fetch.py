@@ -143,6 +143,7 @@ class RangeReader:
         identity: ObjectIdentity,
         *,
         head: bytes = b"",
+        tail: bytes = b"",
     ):
         self.fs = fs
         self.path = path
@@ -151,16 +152,20 @@ class RangeReader:
         self._pinned_s3 = _is_s3(fs)
         self.max_gap = 32 * 2**10 if self.local else 512 * 2**10
         self.max_span = 64 * 2**20
-        if len(head) > identity.size:
+        if max(len(head), len(tail)) > identity.size:
             raise FetchError(
-                f"{identity.url}: {len(head)} bytes read at open, more than the object's "
-                f"{identity.size} bytes"
+                f"{identity.url}: {max(len(head), len(tail))} bytes read at open, more than "
+                f"the object's {identity.size} bytes"
             )
         #: The object's first bytes, read together with its identity at open (remote only).
         #: :meth:`read` and :meth:`read_many` (headers, metadata) serve ranges inside it from
         #: memory; :meth:`readinto_many` (array data) always asks the object, so a compute
         #: after the object was replaced fails with ConsistencyError even for tiny files.
         self.head = head
+        #: The object's last bytes, when the opener asked for them instead (a ZIP archive's
+        #: directory is at its end); served like :attr:`head`.
+        self.tail = tail
+        self._tail_start = identity.size - len(tail)
 
     def __reduce__(self) -> tuple[Callable[..., RangeReader], tuple[Any, ...]]:
         # the head stays behind: workers read what they need (it is pinned all the same)
@@ -195,6 +200,8 @@ class RangeReader:
             if stop <= len(self.head):
                 return self.head[start:stop]
             return self.head[start:] + self._remote_read([(len(self.head), stop)])[0]
+        if self.tail and start >= self._tail_start:
+            return self.tail[start - self._tail_start : stop - self._tail_start]
         if self.local:
             buf = bytearray(stop - start)
             self._local_readinto([(start, memoryview(buf))])
@@ -205,6 +212,9 @@ class RangeReader:
         """Read several ``[start, stop)`` ranges, concurrently where the filesystem allows."""
         for start, stop in ranges:
             self._check_range(start, stop)
+        if self.tail and all(start >= self._tail_start for start, _ in ranges):
+            t = self._tail_start
+            return [self.tail[start - t : stop - t] for start, stop in ranges]
         if self.head:
             n = len(self.head)
             rest = [(max(start, n), stop) for start, stop in ranges if stop > n]
@@ -395,6 +405,28 @@ class RangeReader:
             )
 
 
+def _opening_bytes(resp: Mapping[str, Any], data: bytes, count: int) -> tuple[int, bytes] | str:
+    """``(size, bytes)`` from the answer to the opening GET, or what is wrong with it.
+
+    ``count > 0`` asked for the first ``count`` bytes, ``count < 0`` for the last ``-count``.
+    A server that ignores the range sends the whole object (no ``Content-Range``).
+    """
+    content_range = str(resp.get("ContentRange") or "")
+    match = _CONTENT_RANGE.fullmatch(content_range)
+    if match is None or match.group(3) == "*":
+        if resp.get("ContentLength") != len(data):
+            return f"no usable Content-Range ({content_range!r}) and a short body"
+        size = len(data)
+        want = min(abs(count), size)
+        return size, data[:want] if count > 0 else data[size - want :]
+    size = int(match.group(3))
+    want = min(abs(count), size)
+    first = 0 if count > 0 else size - want
+    if int(match.group(1)) != first or len(data) != want:
+        return f"got {len(data)} bytes as {content_range!r}, expected bytes {first}+{want}"
+    return size, bytes(data)
+
+
 def _is_s3(fs: Any) -> bool:
     """Whether ``fs`` is an s3fs filesystem (checked without importing s3fs)."""
     return any(
@@ -449,7 +481,11 @@ def write_cache_file(path: str, data: bytes) -> None:
 
 
 def open_reader(
-    url: str, storage_options: Mapping[str, Any] | None = None, *, head: int = OPEN_HEAD
+    url: str,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    head: int = OPEN_HEAD,
+    tail: int = 0,
 ) -> RangeReader:
     """Open a reader on ``url`` (any fsspec URL, chained URLs included).
 
@@ -467,6 +503,9 @@ def open_reader(
         Keyword arguments for the filesystem (fsspec's ``storage_options``).
     head : int
         Bytes to read with the identity on S3 (0: a plain ``HeadObject``).
+    tail : int
+        If positive, read the object's last ``tail`` bytes with the identity instead (one
+        suffix-range ``GetObject``), for formats whose index is at the end.
 
     Returns
     -------
@@ -474,6 +513,9 @@ def open_reader(
     """
     fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
     name = fs.unstrip_protocol(path) if not isinstance(fs, LocalFileSystem) else path
+    if tail > 0 and _is_s3(fs):
+        identity, last = _s3_open(fs, path, name, -tail)
+        return RangeReader(fs, path, identity, tail=last)
     if head > 0 and _is_s3(fs):
         identity, first = _s3_open(fs, path, name, head)
         return RangeReader(fs, path, identity, head=first)
@@ -484,8 +526,9 @@ def open_reader(
     return RangeReader(fs, path, ObjectIdentity.from_info(name, info))
 
 
-def _s3_open(fs: Any, path: str, name: str, head: int) -> tuple[ObjectIdentity, bytes]:
-    """Identity and first ``head`` bytes of an S3 object from one ranged ``GetObject``.
+def _s3_open(fs: Any, path: str, name: str, count: int) -> tuple[ObjectIdentity, bytes]:
+    """Identity and the first ``count`` bytes (last ``-count`` if negative) of an S3 object,
+    from one ranged ``GetObject``.
 
     The response carries what ``HeadObject`` would (ETag, LastModified, VersionId) and the
     total size in ``Content-Range``, so opening costs one round trip instead of two. An empty
@@ -495,11 +538,11 @@ def _s3_open(fs: Any, path: str, name: str, head: int) -> tuple[ObjectIdentity, 
 
     bucket, key, version = fs.split_path(path)
     pin = {"VersionId": version} if version else {}
+    wanted = f"bytes=0-{count - 1}" if count > 0 else f"bytes={count}"
+    span = f"[0, {count})" if count > 0 else f"the last {-count}"
 
     async def get() -> tuple[dict[str, Any], bytes]:
-        resp = await fs._call_s3(
-            "get_object", Bucket=bucket, Key=key, Range=f"bytes=0-{head - 1}", **pin
-        )
+        resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=wanted, **pin)
         body = resp["Body"]
         try:
             data: bytes = await body.read()
@@ -521,29 +564,21 @@ def _s3_open(fs: Any, path: str, name: str, head: int) -> tuple[ObjectIdentity, 
                 raise
             problem = exc
         else:
-            match = _CONTENT_RANGE.fullmatch(str(resp.get("ContentRange") or ""))
-            if match is None or match.group(3) == "*":
-                size = resp.get("ContentLength")  # a whole-object answer (range ignored)
-                if not isinstance(size, int) or size != len(data):
-                    problem = f"no usable Content-Range ({resp.get('ContentRange')!r})"
-                    size = None
+            got = _opening_bytes(resp, data, count)
+            if isinstance(got, str):
+                problem = got
             else:
-                size = int(match.group(3))
-            if size is not None:
-                want = min(head, size)
-                if len(data) >= want:
-                    info = {
-                        "size": size,
-                        "ETag": resp.get("ETag"),
-                        "LastModified": resp.get("LastModified"),
-                        "VersionId": resp.get("VersionId"),
-                    }
-                    return ObjectIdentity.from_info(name, info), bytes(data[:want])
-                problem = f"got {len(data)} bytes, expected {want}"
+                size, part = got
+                info = {
+                    "size": size,
+                    "ETag": resp.get("ETag"),
+                    "LastModified": resp.get("LastModified"),
+                    "VersionId": resp.get("VersionId"),
+                }
+                return ObjectIdentity.from_info(name, info), part
         if attempt < REMOTE_ATTEMPTS - 1:
             delay = min(RETRY_DELAY_MAX, RETRY_DELAY * 2**attempt)
             time.sleep(delay * (1 + random.random() / 2))
     raise FetchError(
-        f"{name}: reading bytes [0, {head}) at open failed after {REMOTE_ATTEMPTS} "
-        f"attempts: {problem}"
+        f"{name}: reading bytes {span} at open failed after {REMOTE_ATTEMPTS} attempts: {problem}"
     )

@@ -23,7 +23,13 @@ from typing import Any
 import numpy as np
 
 from npystore.access import LayoutArray
-from npystore.archive import DEFAULT_MAX_MEMBERS, MemberInfo, ZipArchive, member_key
+from npystore.archive import (
+    DEFAULT_MAX_MEMBERS,
+    OPEN_TAIL,
+    MemberInfo,
+    ZipArchive,
+    member_key,
+)
 from npystore.errors import FormatError
 from npystore.faces.dask import DEFAULT_MAX_CHUNKS, to_dask
 from npystore.fetch import RangeReader, open_reader
@@ -262,7 +268,9 @@ def open_npz(
     >>> int(z["a"][2:5].sum().compute())
     9
     """
-    reader = open_reader(url, storage_options)
+    # on S3 the archive's tail (end record and, usually, the central directory) comes with
+    # the object's identity: opening is one request
+    reader = open_reader(url, storage_options, tail=OPEN_TAIL)
     return _npz_from_reader(
         reader,
         chunks=chunks,
