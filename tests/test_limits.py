@@ -84,7 +84,7 @@ def test_npz_member_header_size_limit(tmp_path: Path, compression: int) -> None:
 
 
 def test_deflated_member_header_above_the_default_limit_reads_when_raised(tmp_path: Path) -> None:
-    """A header longer than the 16 MiB default, inside a deflated member: refused by
+    """A header longer than the 1 MiB default, inside a deflated member: refused by
     default, read in full (not cut at the default) when the limit is raised."""
     arr = np.arange(5.0)
     header_len = npy.DEFAULT_MAX_HEADER_SIZE + 2**20 - 12

@@ -105,7 +105,7 @@ def read_header(
     storage_options : mapping, optional
         Filesystem options, as fsspec's ``storage_options``.
     max_header_size : int
-        Largest header accepted, in bytes (default 16 MiB).
+        Largest header accepted, in bytes (default 1 MiB; numpy.load accepts 10,000).
 
     Returns
     -------
@@ -161,7 +161,7 @@ def open_npy(
         Allow object arrays, which are stored as pickles (unpickling runs code from the
         file). Such arrays are read whole when computed.
     max_header_size : int
-        Largest header accepted, in bytes (default 16 MiB).
+        Largest header accepted, in bytes (default 1 MiB; numpy.load accepts 10,000).
     max_chunks : int
         Most chunks (one dask task each) the array may have (default 1,000,000), checked
         before the graph is built; integer ``chunks`` are counted without expanding them.

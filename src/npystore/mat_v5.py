@@ -28,7 +28,7 @@ import numpy as np
 from npystore.access import LayoutArray
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader
-from npystore.formats import mat4, mat5
+from npystore.formats import deflate, mat4, mat5
 from npystore.formats.mat5 import DataRef, MatHeader, NeedMoreBytes, VariableEntry
 from npystore.inflate import inflate_into, inflate_range
 from npystore.layout import (
@@ -110,6 +110,12 @@ class _Source:
             raise FormatError(f"{self.where}: the zlib stream inflates to fewer than 8 bytes")
         mdtype, nbytes = mat5_pair(self.order).unpack_from(inner, 0)
         size = 8 + nbytes if mdtype >> 16 == 0 else 8
+        if size > deflate.max_inflated_size(e.data_size - 6):
+            raise FormatError(
+                f"{self.where}: the miCOMPRESSED element at offset {e.offset} declares {size} "
+                f"inflated bytes in {e.data_size - 6} bytes of deflate data, expected at most "
+                f"{deflate.MAX_INFLATE_RATIO} per compressed byte"
+            )
         self.member = DeflatedMember(
             self.name,
             e.data_offset + 2,

@@ -54,6 +54,7 @@ from npystore.errors import FormatError
 __all__ = [
     "GZIP_HEADER",
     "INFLATE_ERRORS",
+    "MAX_INFLATE_RATIO",
     "WINDOW_SIZE",
     "Checkpoint",
     "DeflateIndex",
@@ -62,12 +63,16 @@ __all__ = [
     "inflate_from",
     "inflate_from_into",
     "inflater_name",
+    "max_inflated_size",
     "parse_gzidx",
     "raw_decompressobj",
     "shift_bits",
 ]
 
 WINDOW_SIZE: Final = 32 * 1024
+#: Most bytes one byte of a raw deflate stream can inflate to: a 258-byte match costs at
+#: least 2 bits (1-bit codes for length 258 and distance 1, no extra bits).
+MAX_INFLATE_RATIO: Final = 1032
 #: A minimal gzip header (no name, no mtime, OS unknown) that turns a raw deflate stream
 #: into a gzip stream for index builders that only read gzip.
 GZIP_HEADER: Final = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
@@ -94,6 +99,15 @@ INFLATE_ERRORS: Final[tuple[type[BaseException], ...]] = (
     zlib.error,
     getattr(_INFLATER, "error", zlib.error),
 )
+
+
+def max_inflated_size(compressed_size: int) -> int:
+    """The most bytes a raw deflate stream of ``compressed_size`` bytes can inflate to.
+
+    A declared uncompressed size above it is a lie (a ZIP directory entry, a MAT-file's
+    miCOMPRESSED element): refuse it before allocating anything of that size.
+    """
+    return MAX_INFLATE_RATIO * max(0, compressed_size) + 258
 
 
 def inflater_name() -> str:
@@ -346,7 +360,37 @@ def inflate_from_into(
         The stream is corrupt or ends before filling ``out``.
     """
     data = memoryview(_shifted(compressed, checkpoint.bit_offset % 8).data)
-    d = raw_decompressobj(checkpoint.window)
+    try:
+        produced = _inflate_into(raw_decompressobj(checkpoint.window), data, skip, out)
+    except INFLATE_ERRORS as exc:
+        if _INFLATER is zlib:
+            raise FormatError(
+                f"{source}: corrupt deflate data after output byte {checkpoint.out_offset}: {exc}"
+            ) from None
+        # ISA-L refuses some valid blocks when resuming mid-stream (seen with indexed_gzip
+        # checkpoints that zlib resumes from): the standard library's zlib decides
+        try:
+            produced = _inflate_into(_zlib_decompressobj(checkpoint.window), data, skip, out)
+        except zlib.error as exc2:
+            raise FormatError(
+                f"{source}: corrupt deflate data after output byte {checkpoint.out_offset}: {exc2}"
+            ) from None
+    want = skip + out.nbytes
+    if produced < want:
+        raise FormatError(
+            f"{source}: deflate stream ended after {checkpoint.out_offset + produced} output "
+            f"bytes, expected at least {checkpoint.out_offset + want}"
+        )
+
+
+def _zlib_decompressobj(zdict: bytes) -> Any:
+    """A raw-deflate decompressor of the standard library's zlib."""
+    return zlib.decompressobj(wbits=-15, zdict=zdict) if zdict else zlib.decompressobj(wbits=-15)
+
+
+def _inflate_into(d: Any, data: memoryview, skip: int, out: memoryview) -> int:
+    """Inflate ``data`` with ``d``, writing output bytes ``[skip, skip + len(out))`` into
+    ``out``; return the number of bytes produced (less than wanted if the stream ended)."""
     want = skip + out.nbytes
     produced = 0
     fed = 0
@@ -357,13 +401,7 @@ def inflate_from_into(
                 break
             tail = data[fed : fed + _IN_PIECE]
             fed += len(tail)
-        try:
-            chunk = d.decompress(tail, min(_OUT_PIECE, want - produced))
-        except INFLATE_ERRORS as exc:
-            raise FormatError(
-                f"{source}: corrupt deflate data after output byte "
-                f"{checkpoint.out_offset + produced}: {exc}"
-            ) from None
+        chunk = d.decompress(tail, min(_OUT_PIECE, want - produced))
         tail = d.unconsumed_tail
         lo, hi = max(produced, skip), min(produced + len(chunk), want)
         if hi > lo:
@@ -371,11 +409,7 @@ def inflate_from_into(
         produced += len(chunk)
         if not chunk and tail:
             break  # no progress despite input: a stream that cannot continue
-    if produced < want:
-        raise FormatError(
-            f"{source}: deflate stream ended after {checkpoint.out_offset + produced} output "
-            f"bytes, expected at least {checkpoint.out_offset + want}"
-        )
+    return produced
 
 
 def inflate_from(

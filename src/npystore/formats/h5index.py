@@ -68,6 +68,7 @@ __all__ = [
     "ChunkIndex",
     "HEADER_PREFIX",
     "HeaderBlock",
+    "MAX_HEADER_SIZE",
     "Superblock",
     "btree_node_size",
     "chunk_index",
@@ -158,6 +159,9 @@ def parse_superblock(data: bytes) -> Superblock | None:
 
 #: Bytes of an object header that :func:`header_size` needs.
 HEADER_PREFIX: Final = 40
+#: Largest first block of an object header that :func:`header_size` accepts (the size
+#: fields allow 4 GiB and more; real headers take a few KiB).
+MAX_HEADER_SIZE: Final = 2**20
 
 
 def header_size(prefix: bytes) -> int:
@@ -166,7 +170,8 @@ def header_size(prefix: bytes) -> int:
     Raises
     ------
     FormatError
-        Neither a version-1 nor a version-2 (``OHDR``) object header.
+        Neither a version-1 nor a version-2 (``OHDR``) object header, or one larger than
+        :data:`MAX_HEADER_SIZE`.
     """
     if prefix.startswith(b"OHDR"):
         if _uint(prefix, 4, 1, "object header") != 2:
@@ -174,10 +179,16 @@ def header_size(prefix: bytes) -> int:
         flags = _uint(prefix, 5, 1, "object header")
         pos = 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
         width = 1 << (flags & 3)
-        return pos + width + _uint(prefix, pos, width, "object header") + 4
-    if prefix[:1] == b"\x01" and prefix[1:2] == b"\x00":
-        return 16 + _uint(prefix, 8, 4, "object header")
-    raise FormatError(f"no object header here: the bytes start {prefix[:8]!r}")
+        size = pos + width + _uint(prefix, pos, width, "object header") + 4
+    elif prefix[:1] == b"\x01" and prefix[1:2] == b"\x00":
+        size = 16 + _uint(prefix, 8, 4, "object header")
+    else:
+        raise FormatError(f"no object header here: the bytes start {prefix[:8]!r}")
+    if size > MAX_HEADER_SIZE:
+        raise FormatError(
+            f"object header of {size} bytes, more than the {MAX_HEADER_SIZE} read for a hint"
+        )
+    return size
 
 
 def parse_object_header(data: bytes, sizeof_addr: int, *, continuation: int = 0) -> HeaderBlock:

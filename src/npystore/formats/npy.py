@@ -52,7 +52,7 @@ MAGIC: Final = b"\x93NUMPY"
 PREAMBLE_MAX_LEN: Final = 12
 #: Default limit on HEADER_LEN. numpy.load refuses more than 10,000 characters unless told
 #: otherwise; npystore reads large structured headers (version 2.0) up to this bound.
-DEFAULT_MAX_HEADER_SIZE: Final = 16 * 2**20
+DEFAULT_MAX_HEADER_SIZE: Final = 2**20
 #: numpy's NPY_MAXDIMS.
 MAX_NDIM: Final = 64
 

@@ -72,6 +72,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from npystore.errors import FormatError, UnsupportedError
+from npystore.formats.deflate import MAX_INFLATE_RATIO, max_inflated_size
 
 __all__ = [
     "EOCD_SEARCH", "LOCAL_HEADER_SIZE", "EndRecord", "LocalHeader", "NeedMoreBytes",
@@ -103,6 +104,7 @@ _LOCAL_SIG: Final = b"PK\x03\x04"
 _U16: Final = 0xFFFF
 _U32: Final = 0xFFFF_FFFF
 _ZIP64_EXTRA_ID: Final = 0x0001
+_DEFLATED: Final = 8
 #: Flag bits: encrypted (0), data descriptor (3), patched data (5), strong encryption (6),
 #: UTF-8 name (11), masked local header (13).
 _F_ENCRYPTED, _F_DESCRIPTOR, _F_PATCHED, _F_STRONG, _F_UTF8, _F_MASKED = (
@@ -444,7 +446,7 @@ def parse_central_directory(
         )
     start = end.cd_offset - data_offset
     stop = start + end.cd_size
-    if start < 0 or stop > len(data):
+    if end.cd_size and (start < 0 or stop > len(data)):  # an empty directory needs no read
         raise NeedMoreBytes(
             f"{source}: the central directory at offset {end.cd_offset} ({end.cd_size} bytes) "
             f"is not inside the {len(data)} bytes read from offset {data_offset}",
@@ -593,8 +595,10 @@ def check_members(directory: ZipDirectory, *, source: str) -> None:
     Raises
     ------
     FormatError
-        A hostile or duplicate name, overlapping members, or a member at or past the
-        central directory; checked for every member before any UnsupportedError.
+        A hostile or duplicate name, overlapping members, a member at or past the
+        central directory, or a deflated member declaring more bytes than deflate can
+        produce from its compressed size; checked for every member before any
+        UnsupportedError.
     UnsupportedError
         An encrypted member, or one with compressed patched data (flag bit 5).
     """
@@ -618,6 +622,15 @@ def check_members(directory: ZipDirectory, *, source: str) -> None:
             )
         if stop > cd_offset:
             raise FormatError(f"{member} runs into the central directory at offset {cd_offset}")
+    for entry in directory.entries:
+        if entry.method == _DEFLATED and entry.uncompressed_size > max_inflated_size(
+            entry.compressed_size
+        ):
+            raise FormatError(
+                f"{source}: member {_short(entry.name)!r} (entry {entry.index}) declares "
+                f"{entry.uncompressed_size} bytes deflated into {entry.compressed_size}, "
+                f"expected at most {MAX_INFLATE_RATIO} per compressed byte"
+            )
     for entry in directory.entries:
         if entry.encrypted or entry.flags & _F_PATCHED:
             what = "is encrypted" if entry.encrypted else "holds compressed patched data"

@@ -142,6 +142,13 @@ def _parse_matrix(
         return CellArray(h.name, dims, cells, pos, h.size, h.is_global)
     if code in (STRUCT, OBJECT):
         fields, cur = _read_field_names(r, cur, end, where)
+        if not fields and numel > MAX_UNBACKED:
+            # no bytes behind its elements: nothing else bounds the count (each element
+            # becomes a Python object when the struct is decoded)
+            raise UnsupportedError(
+                f"{where}: a struct array of {numel} elements without fields (dims {dims}), "
+                f"more than the {MAX_UNBACKED} this parser reads"
+            )
         _check_children(numel * len(fields), cur, end, where, f"{numel} x {len(fields)} fields")
         labels = (
             f"{where}({i + 1}).{field}" for i in range(numel if fields else 0) for field in fields

@@ -34,7 +34,8 @@ MAX_DEPTH_LIMIT: Final = 256
 #: Most fields a struct may have (each becomes a numpy field and a Python str).
 MAX_FIELDS: Final = 1 << 16
 #: Most characters or strings a char array may decode to without data bytes behind them:
-#: 0 bytes of data read as blanks (as scipy does), or rows of length 0 (dims (N, 0)).
+#: 0 bytes of data read as blanks (as scipy does), or rows of length 0 (dims (N, 0)); and
+#: most elements of a struct array without fields.
 MAX_UNBACKED: Final = 1 << 20
 
 MI_INT8, MI_UINT8, MI_INT16, MI_UINT16, MI_INT32, MI_UINT32 = 1, 2, 3, 4, 5, 6

@@ -121,7 +121,7 @@ def field_names(raw: Any, members: Sequence[str], where: str) -> tuple[str, ...]
     for raw_name in np.asarray(raw, dtype=object).reshape(-1):
         name = raw_name
         if isinstance(name, np.ndarray):
-            name = b"".join(bytes(c) for c in name.reshape(-1))
+            name = _joined(name, where)
         if isinstance(name, bytes):
             try:
                 name = name.decode("utf-8")
@@ -133,3 +133,19 @@ def field_names(raw: Any, members: Sequence[str], where: str) -> tuple[str, ...]
     if len(set(names)) != len(names):
         raise FormatError(f"{where}: MATLAB_fields names a field twice: {names}")
     return (*names, *(m for m in members if m not in names))
+
+
+def _joined(chars: Any, where: str) -> bytes | str:
+    """A field name stored as an array of characters (MATLAB: a vlen array of 1-byte
+    strings), joined; numbers and other element types are refused, not converted."""
+    flat = chars.reshape(-1)
+    if flat.dtype.kind == "S":
+        return b"".join(flat.tolist())
+    if flat.dtype.kind == "U":
+        return "".join(flat.tolist())
+    if flat.dtype.kind in "iu" and flat.dtype.itemsize == 1:
+        return bytes(flat.astype(np.uint8).tobytes())
+    raise FormatError(
+        f"{where}: MATLAB_fields holds a name stored as {flat.size} values of {flat.dtype}, "
+        "expected 1-byte characters"
+    )

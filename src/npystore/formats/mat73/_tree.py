@@ -150,6 +150,10 @@ class Mat73Tree:
     def _child(self, ref: Any, path: str, depth: int, chain: Chain) -> MatNode:
         """The value an object reference points to (parsed once, cycles refused)."""
         where = self._where(path)
+        if isinstance(ref, str | bytes | np.ndarray) or ref is None:
+            raise FormatError(
+                f"{where}: holds a {type(ref).__name__} where an object reference is expected"
+            )
         if not ref:
             raise FormatError(f"{where}: null object reference, expected one into #refs#")
         try:
@@ -161,6 +165,19 @@ class Mat73Tree:
         if obj in chain:
             loop = " -> ".join(str(o.name) for o in (*chain[chain.index(obj) :], obj))
             raise FormatError(f"{where}: reference cycle {loop}")
+        done = self._done.get(obj)
+        if done is not None:
+            return done
+        return self._node(obj, path, depth, chain, shared=True)
+
+    def _field(self, obj: H5Dataset | H5Group, path: str, depth: int, chain: Chain) -> MatNode:
+        """A 1x1 struct's field: HDF5 hard links can make it a group being parsed (a loop,
+        refused) or an object reached before (parsed once: a chain of groups each linking
+        twice to the next would otherwise cost 2**depth parses)."""
+        if obj in chain:
+            raise FormatError(
+                f"{self._where(path)}: the field is a hard link back to an enclosing group"
+            )
         done = self._done.get(obj)
         if done is not None:
             return done
@@ -268,8 +285,11 @@ class Mat73Tree:
 
     def _refs(self, dset: H5Dataset, dims: tuple[int, ...], where: str) -> npt.NDArray[Any]:
         """A dataset of object references, read once, in column-major order."""
-        if dset.dtype.kind != "O":
-            raise FormatError(f"{where}: holds {dset.dtype}, expected object references")
+        metadata: Mapping[str, Any] = dset.dtype.metadata or {}
+        vlen = metadata.get("vlen")  # h5py's variable-length types: not references
+        if dset.dtype.kind != "O" or vlen is not None:
+            stored = dset.dtype if vlen is None else f"variable-length data of {vlen}"
+            raise FormatError(f"{where}: holds {stored}, expected object references")
         numel = math.prod(dims)
         if numel > MAX_ELEMENTS:
             raise UnsupportedError(f"{where}: {numel} elements, more than {MAX_ELEMENTS}")
@@ -304,7 +324,7 @@ class Mat73Tree:
         if not per_element:  # 1x1: one member per field
             for f in fields:
                 if f in members:
-                    element[f] = self._node(members[f], f"{path}.{f}", depth + 1, inner)
+                    element[f] = self._field(members[f], f"{path}.{f}", depth + 1, inner)
             return StructArray(path, (1, 1), fields, ({f: element[f] for f in fields},), cls)
         if len(per_element) != len(members):
             plain = sorted(set(members) - set(per_element))
