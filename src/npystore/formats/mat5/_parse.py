@@ -173,7 +173,10 @@ def _parse_child(
 ) -> tuple[MatNode, int]:
     """Parse the nested miMATRIX at ``pos``; return it and the offset after it."""
     if depth + 1 > max_depth:
-        raise FormatError(f"{where}: nested more than max_depth={max_depth} levels deep")
+        raise FormatError(
+            f"{where}: nested more than max_depth={max_depth} levels deep; pass "
+            f"open_mat(..., max_depth=N) (at most {MAX_DEPTH_LIMIT}) to read deeper values"
+        )
     if pos + TAG_SIZE > end:
         raise FormatError(
             f"{where}: expected a miMATRIX tag at offset {pos}, {max(0, end - pos)} bytes "

@@ -123,7 +123,8 @@ class Mat73Tree:
         if depth > self.max_depth:
             raise FormatError(
                 f"{self._where(path)}: nested {depth} levels deep, more than max_depth="
-                f"{self.max_depth}"
+                f"{self.max_depth}; pass open_mat(..., max_depth=N) (at most 256) to read "
+                f"deeper values"
             )
         attrs = obj.attrs
         cls = text(attrs.get("MATLAB_class"))
