@@ -2210,3 +2210,20 @@ def test_inputs_counted() -> None:
     assert sum(QUOTA.values()) >= TOTAL_QUOTA
     assert sum(COUNTS.values()) >= TOTAL_QUOTA
     assert max(SLOWEST.values()) < MAX_SECONDS
+
+
+def test_empty_char_with_huge_row_count_is_refused_without_allocating() -> None:
+    """Found by the generated v7.3 trees: a char array of size 2**40 x 0 would be 2**40 empty
+    strings with no data behind them."""
+    from npystore.formats.mat5._char import chars_from_units
+
+    empty = np.zeros(0, np.uint16)
+    with pytest.raises(FormatError, match=r"x\.y: char dims .* empty strings"):
+        chars_from_units(empty, (2**40, 0), where="x.y")
+    for dims in [(2**40, 2**40, 0), (2**31, 0, 2**31, 3)]:
+        with pytest.raises(UnsupportedError, match=r"x\.y: a char array of size .*numpy"):
+            chars_from_units(empty, dims, where="x.y")
+    # empty, with no strings: shape (2**40, 0), nothing allocated per row
+    assert chars_from_units(empty, (2**40, 5, 0)).shape == (2**40, 0)
+    assert chars_from_units(empty, (3, 0)).tolist() == ["", "", ""]
+    assert chars_from_units(empty, (0, 4)).shape == (0,)

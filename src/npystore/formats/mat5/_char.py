@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
-from npystore.errors import FormatError
+from npystore.errors import FormatError, UnsupportedError
 from npystore.formats.mat5._tags import MAX_UNBACKED, DataRef, _Bytes
 
 
@@ -116,6 +116,10 @@ class CharArray:
         return chars_from_units(self.code_units(buffer, base), self.dims, as_strings=as_strings)
 
 
+#: Shapes whose non-zero dimensions multiply to this or more cannot be numpy arrays.
+_MAX_SHAPE_PRODUCT: Final = 2**62
+
+
 def char_dims_problem(dims: tuple[int, ...]) -> str | None:
     """Why char dims would decode to too many empty strings, or None.
 
@@ -131,7 +135,7 @@ def char_dims_problem(dims: tuple[int, ...]) -> str | None:
 
 
 def chars_from_units(
-    units: npt.NDArray[Any], dims: tuple[int, ...], *, as_strings: bool = True
+    units: npt.NDArray[Any], dims: tuple[int, ...], *, as_strings: bool = True, where: str = ""
 ) -> npt.NDArray[Any]:
     """Arrange column-major character codes as MATLAB does: strings along ``dims[1]``.
 
@@ -141,6 +145,8 @@ def chars_from_units(
         ``prod(dims)`` UTF-16 code units or code points (at most 0x10FFFF), column-major.
     dims : tuple of int
         MATLAB dimensions, at least 2.
+    where : str
+        The variable, for error messages.
     as_strings : bool
         True: an object array of ``str``, shape ``(dims[0],) + dims[2:]``, each the row
         along ``dims[1]`` with surrogate pairs joined. False: ``<U1``, shape ``dims``.
@@ -149,11 +155,20 @@ def chars_from_units(
     -------
     numpy.ndarray
     """
+    prefix = f"{where}: " if where else ""
+    if math.prod(d for d in dims if d) >= _MAX_SHAPE_PRODUCT:
+        # an empty array (some dimension 0) whose other dimensions numpy cannot represent
+        raise UnsupportedError(
+            f"{prefix}a char array of size {'x'.join(map(str, dims))}: numpy cannot make "
+            f"an array of that shape, even empty"
+        )
     if not as_strings:
         return units.astype("<u4").view("<U1").reshape(dims, order="F")
     problem = char_dims_problem(dims)
     if problem:
-        raise FormatError(problem)
+        raise FormatError(prefix + problem)
+    if math.prod(dims) == 0:  # no data: empty strings (dims[1] == 0) or no strings at all
+        return np.full(dims[:1] + dims[2:], "", dtype=object)
     grid = np.moveaxis(units.reshape(dims, order="F"), 1, -1)
     width = grid.shape[-1]
     if width and grid.size and not np.any((grid == 0) | ((grid >= 0xD800) & (grid <= 0xDFFF))):

@@ -228,7 +228,7 @@ class Mat73Tree:
             problem = char_dims_problem(dims)
             if problem:
                 raise FormatError(f"{where}: {problem}")
-            rows = chars_from_units(np.zeros(0, np.uint16), dims)
+            rows = chars_from_units(np.zeros(0, np.uint16), dims, where=where)
             return CharArray(path, dims, np.zeros(dims, np.uint16), char_value(rows))
         if cls == "cell":
             return CellArray(path, dims, ())
@@ -271,7 +271,7 @@ class Mat73Tree:
         units = np.asarray(dset[()]).reshape(-1)  # C order of the HDF5 shape = column-major
         if units.size and (units.min() < 0 or units.max() > 0x10FFFF):
             raise FormatError(f"{where}: char code {int(units.max())} is not a code unit")
-        rows = chars_from_units(units, dims)
+        rows = chars_from_units(units, dims, where=where)
         return CharArray(path, dims, units.reshape(dims, order="F"), char_value(rows))
 
     def _cell(self, dset: H5Dataset, path: str, depth: int, chain: Chain) -> CellArray:
