@@ -18,6 +18,7 @@ held at once.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import threading
@@ -47,6 +48,8 @@ _REMOTE_BATCH_BYTES: Final = 8 * 2**20
 #: Batches read ahead of the one being decoded.
 _LOCAL_READAHEAD: Final = 1
 _REMOTE_READAHEAD: Final = 6
+#: Size of the first remote batch; later ones double up to ``_REMOTE_BATCH_BYTES``.
+_REMOTE_FIRST_BATCH: Final = 1 * 2**20
 #: Chunks per decoding thread below which a batch is decoded in the calling thread.
 _POOL_MIN_CHUNKS: Final = 4
 
@@ -297,8 +300,13 @@ class _Reading:
                 f"{self.reader.size} bytes"
             )
         order = written[np.argsort(offsets[written], kind="stable")]
-        limit = _BATCH_BYTES if self.reader.local else min(_BATCH_BYTES, _REMOTE_BATCH_BYTES)
-        batches = list(_batches(_merge(order, offsets, sizes, self.reader, limit), limit))
+        if self.reader.local:
+            spans: Iterator[int] = itertools.repeat(_BATCH_BYTES)
+            limits: Iterator[int] = itertools.repeat(_BATCH_BYTES)
+        else:  # small first batches: decoding starts after one round trip, not a full batch
+            spans = _ramp(_REMOTE_FIRST_BATCH, _REMOTE_BATCH_BYTES)
+            limits = _ramp(_REMOTE_FIRST_BATCH, _REMOTE_BATCH_BYTES)
+        batches = list(_batches(_merge(order, offsets, sizes, self.reader, spans), limits))
         fetched = self._fetched(batches)
         try:
             for batch, datas in fetched:
@@ -404,12 +412,13 @@ def _merge(
     offsets: np.ndarray[Any, np.dtype[np.int64]],
     sizes: np.ndarray[Any, np.dtype[np.int64]],
     reader: RangeReader,
-    span: int,
+    spans: Iterator[int],
 ) -> Iterator[_Range]:
     """Ranges covering the chunks ``order`` (sorted by offset): neighbours separated by at
-    most ``reader.max_gap`` bytes share a range while it spans at most ``span`` bytes (and
-    ``reader.max_span``)."""
-    max_gap, max_span = reader.max_gap, min(reader.max_span, span)
+    most ``reader.max_gap`` bytes share a range while it spans at most the next of ``spans``
+    bytes (and ``reader.max_span``)."""
+    max_gap = reader.max_gap
+    max_span = min(reader.max_span, next(spans))
     start = stop = -1
     members: list[int] = []
     for i in order.tolist():
@@ -421,21 +430,34 @@ def _merge(
             continue
         if members:
             yield start, stop, members
+            max_span = min(reader.max_span, next(spans))
         start, stop, members = a, b, [i]
     if members:
         yield start, stop, members
 
 
-def _batches(ranges: Iterator[_Range], limit: int) -> Iterator[list[_Range]]:
-    """Groups of ranges of at most about ``limit`` bytes (one larger range goes alone)."""
+def _batches(ranges: Iterator[_Range], limits: Iterator[int]) -> Iterator[list[_Range]]:
+    """Groups of ranges, each of at most about the next of ``limits`` bytes (one larger
+    range goes alone)."""
     batch: list[_Range] = []
     total = 0
+    limit = next(limits)
     for r in ranges:
         size = r[1] - r[0]
         if batch and total + size > limit:
             yield batch
             batch, total = [], 0
+            limit = next(limits)
         batch.append(r)
         total += size
     if batch:
         yield batch
+
+
+def _ramp(first: int, last: int) -> Iterator[int]:
+    """``first``, doubling up to ``last``, then ``last`` forever."""
+    size = first
+    while size < last:
+        yield size
+        size *= 2
+    yield from itertools.repeat(last)
