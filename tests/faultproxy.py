@@ -6,7 +6,10 @@ random generator:
 - ``"503"``: answer ``503 SlowDown`` (S3's throttling error) without forwarding;
 - ``"drop"``: forward, relay the response head and part of the body, then close the
   connection (a dropped connection / short body: fewer bytes than ``Content-Length``);
-- ``"slow"``: wait ``slow_seconds`` before forwarding.
+- ``"slow"``: wait ``slow_seconds`` before forwarding;
+- ``"short"``: a lying server: the response head says ``Content-Length`` is half of what
+  was asked, and exactly that many body bytes follow (the HTTP client sees a complete,
+  short response; only the reader's own length check can notice).
 
 Other requests (HEAD, PUT, listings) pass unchanged. ``counts`` tallies requests and faults.
 Runs its own event loop in a daemon thread; use it as a context manager.
@@ -41,7 +44,7 @@ class FaultProxy:
         target: str,
         *,
         rate: float = 0.15,
-        faults: Sequence[str] = ("503", "drop", "slow"),
+        faults: Sequence[str] = ("503", "drop", "slow", "short"),
         slow_seconds: float = 0.2,
         seed: int = 0,
     ) -> None:
@@ -88,6 +91,32 @@ class FaultProxy:
             self.counts[fault] += 1
             return fault
 
+    @staticmethod
+    async def _short(
+        data: bytes, up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Relay one response with its Content-Length halved and its body cut to match."""
+        while b"\r\n\r\n" not in data:
+            more = await up_reader.read(1 << 16)
+            if not more:
+                return
+            data += more
+        end = data.index(b"\r\n\r\n")
+        head, body = data[:end].split(b"\r\n"), data[end + 4 :]
+        length = 0
+        for i, line in enumerate(head):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1]) // 2
+                head[i] = b"Content-Length: %d" % length
+        while len(body) < length:
+            more = await up_reader.read(1 << 16)
+            if not more:
+                break
+            body += more
+        writer.write(b"\r\n".join(head) + b"\r\n\r\n" + body[:length])
+        await writer.drain()
+        raise ConnectionResetError("short response sent")
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
@@ -112,6 +141,9 @@ class FaultProxy:
 
         async def server_to_client() -> None:
             while data := await up_reader.read(1 << 16):
+                if current["fault"] == "short":
+                    await self._short(data, up_reader, writer)
+                    return
                 if current["fault"] == "drop":
                     end = data.find(b"\r\n\r\n")
                     cut = end + 4 + max(0, len(data) - end - 4) // 2 if end >= 0 else 0

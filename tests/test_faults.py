@@ -13,6 +13,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import numpy as np
 import pytest
 import scipy.io as sio
@@ -20,6 +21,7 @@ import scipy.io as sio
 import npystore
 from faultproxy import FaultProxy
 from npystore.errors import ConsistencyError, FetchError
+from npystore.fetch import RangeReader, open_reader
 
 pytestmark = pytest.mark.s3
 
@@ -53,7 +55,7 @@ def test_npy_compute_of_hundreds_of_chunks_survives_faults(s3: Any, faulty: Any)
     np.testing.assert_array_equal(a.compute(), data)
     assert proxy.counts["requests"] >= 300
     assert fault_share(proxy) >= 0.10, proxy.counts
-    assert {"503", "drop", "slow"} <= set(proxy.counts), proxy.counts
+    assert {"503", "drop", "slow", "short"} <= set(proxy.counts), proxy.counts
 
 
 def test_npz_stored_and_deflated_members_survive_faults(s3: Any, faulty: Any) -> None:
@@ -101,6 +103,33 @@ def test_after_the_retry_budget_the_error_names_url_and_range(s3: Any) -> None:
         with pytest.raises(FetchError, match=r"always\.npy.*bytes \[\d+, \d+\).*attempts"):
             npystore.open_npy(url, storage_options=opts)  # the header's ranged GET fails
     assert proxy.counts["drop"] >= 6
+
+
+def test_a_short_but_complete_response_is_caught_by_the_length_check(s3: Any) -> None:
+    """A server that sends half the bytes with a matching Content-Length: the HTTP client
+    sees a complete response; npystore's length check retries it, then names the range."""
+    data = np.arange(10_000.0)
+    buf = io.BytesIO()
+    np.save(buf, data)
+    url = s3.put_bytes(buf.getvalue(), "short.npy")
+    direct = open_reader(url, s3.storage_options)
+    with FaultProxy(s3.server.endpoint_url, rate=1.0, faults=("short",), seed=2) as proxy:
+        opts = s3.server.storage_options(
+            client_kwargs={"endpoint_url": proxy.url},
+            config_kwargs={"retries": {"max_attempts": 1}},
+        )
+        with pytest.raises(
+            FetchError, match=r"short\.npy: reading bytes \[0, 128\) at open.*got 64"
+        ):
+            npystore.load(url, storage_options=opts)  # the opening GET
+        fs, path = fsspec.core.url_to_fs(url, **opts)
+        reader = RangeReader(fs, path, direct.identity)  # opened, then read through the proxy
+        with pytest.raises(
+            FetchError, match=r"short\.npy: reading bytes \[128, 80128\).*got 40000"
+        ):
+            reader.read(128, 80128)
+    assert proxy.counts["short"] >= 12
+    np.testing.assert_array_equal(direct.read(128, 80128), buf.getvalue()[128:])
 
 
 @pytest.mark.parametrize("same_size", [True, False])
