@@ -7,13 +7,14 @@ every range of a batch goes in one :meth:`~npystore.fetch.RangeReader.readinto_m
 chunk's filters (:func:`npystore.formats.h5filters.decode_chunk`) and copies the selected part
 of each chunk into one preallocated output array; a batch's chunks are split into one
 contiguous group per CPU, the calling thread decoding the first (inflating releases the GIL).
-Batches are read ahead while earlier ones decode (one batch of 16 MiB locally, six of 8 MiB
-remotely, each a concurrent request), so download and inflate overlap. Chunks never
-written read as the fill value.
+Batches are read ahead while earlier ones decode (one batch of 16 MiB locally; remotely
+the bytes of six 8 MiB batches, each a concurrent request, the first ones ramping up from
+1 MiB so decoding starts early), so download and inflate overlap. Chunks never written
+read as the fill value.
 
 Memory stays bounded: chunks are planned in groups of at most ``_PLAN_CHUNKS`` and read in
-batches of at most about ``_BATCH_BYTES`` stored bytes, at most ``1 + readahead`` batches
-held at once.
+batches of at most about ``_BATCH_BYTES`` stored bytes, at most ``1 + readahead`` batches'
+bytes held at once.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ _BATCH_BYTES: Final = 16 * 2**20
 #: Remote batches are smaller (one request each, decoding starts after the first) and more
 #: of them are read ahead (each waits on a round trip).
 _REMOTE_BATCH_BYTES: Final = 8 * 2**20
-#: Batches read ahead of the one being decoded.
+#: Batches read ahead of the one being decoded (remotely: their bytes, in full batches).
 _LOCAL_READAHEAD: Final = 1
 _REMOTE_READAHEAD: Final = 6
 #: Size of the first remote batch; later ones double up to ``_REMOTE_BATCH_BYTES``.
@@ -335,14 +336,24 @@ class _Reading:
         if len(batches) == 1:
             yield batches[0], self._fetch(batches[0])
             return
-        ahead = _LOCAL_READAHEAD if self.reader.local else _REMOTE_READAHEAD
+        if self.reader.local:
+            ahead, budget = _LOCAL_READAHEAD, float("inf")
+        else:  # as many batches as fit in the bytes of 1 + readahead full ones
+            ahead = 2 * _REMOTE_READAHEAD - 1
+            budget = (1 + _REMOTE_READAHEAD) * _REMOTE_BATCH_BYTES
+        sizes = [sum(stop - start for start, stop, _ in batch) for batch in batches]
         pool = _pool("prefetch")
         inflight: deque[Future[list[np.ndarray[Any, np.dtype[np.uint8]]]]] = deque()
+        queued = 0  # bytes of the batches in flight
         try:
             for k, batch in enumerate(batches):
-                while len(inflight) <= ahead and k + len(inflight) < len(batches):
-                    inflight.append(pool.submit(self._fetch, batches[k + len(inflight)]))
+                while (nxt := k + len(inflight)) < len(batches) and len(inflight) <= ahead:
+                    if inflight and queued + sizes[nxt] > budget:
+                        break
+                    inflight.append(pool.submit(self._fetch, batches[nxt]))
+                    queued += sizes[nxt]
                 datas = inflight.popleft().result()
+                queued -= sizes[k]
                 yield batch, datas
         finally:
             for future in inflight:

@@ -52,6 +52,8 @@ REMOTE_ATTEMPTS: Final = 6
 #: First retry delay in seconds; it doubles per attempt (plus up to 50% jitter), capped.
 RETRY_DELAY: Final = 0.05
 RETRY_DELAY_MAX: Final = 2.0
+#: Most bytes taken from a response stream at a time when it is copied into a buffer.
+_STREAM_PIECE: Final = 2**20
 #: Bytes read together with the identity when an S3 object is opened (see :func:`open_reader`):
 #: enough to recognise every format and to hold a typical .npy header, no array data.
 OPEN_HEAD: Final = 128
@@ -252,7 +254,11 @@ class RangeReader:
             self._local_readinto(requests, parallel=parallel)
             return
         split = _split(requests, REMOTE_PART_SIZE)
-        datas = self._remote_read([(s, s + v.nbytes) for s, v in split])
+        ranges = [(s, s + v.nbytes) for s, v in split]
+        if self._pinned_s3:  # the body streams straight into the views: no extra copy
+            self._remote_read(ranges, into=[v for _, v in split])
+            return
+        datas = self._remote_read(ranges)
         for (_, view), data in zip(split, datas, strict=True):
             view[:] = data
 
@@ -301,14 +307,22 @@ class RangeReader:
 
     # -- remote --------------------------------------------------------------------------
 
-    def _remote_read(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+    def _remote_read(
+        self, ranges: list[tuple[int, int]], into: list[memoryview] | None = None
+    ) -> list[bytes]:
+        """Each range's bytes (or, with ``into``, each written into its view and ``b""``
+        returned), retried per range; pinned S3 reads only may pass ``into``."""
         if not ranges:
             return []
         results: list[bytes | None] = [None] * len(ranges)
         todo = list(range(len(ranges)))
         for attempt in range(REMOTE_ATTEMPTS):
             wanted = [ranges[i] for i in todo]
-            got = self._s3_get_many(wanted) if self._pinned_s3 else self._cat_ranges(wanted)
+            if self._pinned_s3:
+                views = None if into is None else [into[i] for i in todo]
+                got = self._s3_get_many(wanted, views)
+            else:
+                got = self._cat_ranges(wanted)
             retry = []
             last_problem: BaseException | str | None = None
             for i, data in zip(todo, got, strict=True):
@@ -326,7 +340,7 @@ class RangeReader:
                     last_problem = f"got {len(data)} bytes, expected {want}"
                     retry.append(i)
                 else:
-                    results[i] = bytes(data)
+                    results[i] = b"" if into is not None else bytes(data)
             if not retry:
                 break
             todo = retry
@@ -349,8 +363,11 @@ class RangeReader:
         )
         return got
 
-    def _s3_get_many(self, ranges: list[tuple[int, int]]) -> list[Any]:
-        """Each range as bytes or the exception it raised, pinned to the opened object."""
+    def _s3_get_many(
+        self, ranges: list[tuple[int, int]], into: list[memoryview] | None = None
+    ) -> list[Any]:
+        """Each range as bytes (or the part of its ``into`` view filled) or the exception it
+        raised, pinned to the opened object."""
         from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
 
         bucket, key, path_version = self.fs.split_path(self.path)
@@ -361,7 +378,10 @@ class RangeReader:
 
         async def all_ranges() -> list[Any]:
             return await asyncio.gather(
-                *(self._s3_get(bucket, key, pin, a, b) for a, b in ranges),
+                *(
+                    self._s3_get(bucket, key, pin, a, b, None if into is None else into[k])
+                    for k, (a, b) in enumerate(ranges)
+                ),
                 return_exceptions=True,
             )
 
@@ -369,8 +389,14 @@ class RangeReader:
         return got
 
     async def _s3_get(
-        self, bucket: str, key: str, pin: dict[str, str], start: int, stop: int
-    ) -> bytes:
+        self,
+        bucket: str,
+        key: str,
+        pin: dict[str, str],
+        start: int,
+        stop: int,
+        into: memoryview | None = None,
+    ) -> bytes | memoryview:
         fs: Any = self.fs
         try:
             resp = await fs._call_s3(
@@ -386,7 +412,9 @@ class RangeReader:
             raise
         body = resp["Body"]
         try:
-            data: bytes = await body.read()
+            data: bytes | memoryview = (
+                await body.read() if into is None else await _stream_into(body, into)
+            )
         finally:
             body.close()
         match = _CONTENT_RANGE.fullmatch(str(resp.get("ContentRange") or ""))
@@ -403,6 +431,22 @@ class RangeReader:
                 f"{self.url}: byte range [{start}, {stop}) lies outside the object "
                 f"of {self.identity.size} bytes"
             )
+
+
+async def _stream_into(body: Any, view: memoryview) -> memoryview:
+    """Copy a response body into ``view`` as it arrives (``read(amt)`` of aiobotocore's
+    ``StreamingBody``); the part filled. A body longer than the view reports one byte more
+    than the view holds, so the caller's length check fails."""
+    filled = 0
+    while True:
+        piece = await body.read(min(_STREAM_PIECE, view.nbytes - filled + 1))
+        if not piece:
+            return view[:filled]
+        end = filled + len(piece)
+        if end > view.nbytes:
+            return memoryview(bytes(view.nbytes + 1))
+        view[filled:end] = piece
+        filled = end
 
 
 def _opening_bytes(resp: Mapping[str, Any], data: bytes, count: int) -> tuple[int, bytes] | str:
