@@ -94,8 +94,9 @@ def read_header(
 ) -> npy.NpyHeader:
     """Read the header of an ``.npy`` file without reading its data.
 
-    One metadata request (size and identity) and at most two range reads: the first
-    128 bytes, then exactly the rest of the header if it is longer.
+    At most two range reads: the first 128 bytes, then exactly the rest of the header if it
+    is longer. On S3 the first GET's answer carries the object's size and identity; other
+    filesystems make one metadata request first.
 
     Parameters
     ----------
