@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import npystore
 from npystore.access import LayoutArray, normalize_key
-from npystore.api import _open_layout_array, _read_prefix
+from npystore.api import open_layout_array, read_prefix
 from npystore.fetch import open_reader
 from npystore.layout import (
     ArrayLayout,
@@ -27,7 +27,7 @@ def _open(path: Path, max_gap: int, max_span: int) -> LayoutArray:
     reader = open_reader(str(path))
     reader.max_gap = max_gap
     reader.max_span = max_span
-    return _open_layout_array(reader, _read_prefix(reader), False, 2**20)
+    return open_layout_array(reader, read_prefix(reader), False, 2**20)
 
 
 @st.composite

@@ -39,7 +39,9 @@ _HDF5_MAGIC: Final = b"\x89HDF\r\n\x1a\n"
 _ZIP_MAGICS: Final = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")
 
 
-def _read_prefix(reader: RangeReader) -> bytes:
+def read_prefix(reader: RangeReader) -> bytes:
+    """The object's first :data:`PREFIX_SIZE` bytes (fewer for a smaller object): enough to
+    sniff the format and, usually, the whole ``.npy`` header (for the package's tools)."""
     return reader.read(0, min(reader.size, PREFIX_SIZE))
 
 
@@ -127,12 +129,15 @@ def read_header(
     ((3, 4), dtype('float32'), False, 128)
     """
     reader = open_reader(url, storage_options)
-    return _header_from_prefix(reader, _read_prefix(reader), max_header_size)
+    return _header_from_prefix(reader, read_prefix(reader), max_header_size)
 
 
-def _open_layout_array(
+def open_layout_array(
     reader: RangeReader, prefix: bytes, allow_pickle: bool, max_header_size: int
 ) -> LayoutArray:
+    """The ``.npy`` file behind ``reader`` as a lazy :class:`~npystore.access.LayoutArray`,
+    its header parsed from ``prefix`` (read exactly to its end if it is longer); for the
+    package's tools (Zarr store, xarray backend), which need the layout, not a dask array."""
     header = _header_from_prefix(reader, prefix, max_header_size)
     return LayoutArray(reader, _layout(reader, header, allow_pickle))
 
@@ -196,7 +201,7 @@ def open_npy(
     reader = open_reader(url, storage_options)
     return _npy_dask(
         reader,
-        _read_prefix(reader),
+        read_prefix(reader),
         chunks=chunks,
         allow_pickle=allow_pickle,
         max_header_size=max_header_size,
@@ -213,7 +218,7 @@ def _npy_dask(
     max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
     max_chunks: int = DEFAULT_MAX_CHUNKS,
 ) -> da.Array:
-    array = _open_layout_array(reader, prefix, allow_pickle, max_header_size)
+    array = open_layout_array(reader, prefix, allow_pickle, max_header_size)
     return to_dask(array, chunks, max_chunks=max_chunks)
 
 
@@ -254,7 +259,7 @@ def load(
     (dtype('>i2'), True, 3)
     """
     reader = open_reader(url, storage_options)
-    array = _open_layout_array(reader, _read_prefix(reader), allow_pickle, max_header_size)
+    array = open_layout_array(reader, read_prefix(reader), allow_pickle, max_header_size)
     return array.read(parallel=True)
 
 
@@ -335,14 +340,14 @@ def open(
         A keyword the format's opener does not take.
     """
     reader = open_reader(url, storage_options)
-    prefix = _read_prefix(reader)
+    prefix = read_prefix(reader)
     kind = sniff(prefix)
     if kind == "npy":
         return _npy_dask(reader, prefix, **kwargs)
     if kind == "npz":
-        from npystore.npz import _npz_from_reader  # noqa: PLC0415
+        from npystore.npz import npz_from_reader  # noqa: PLC0415
 
-        return _npz_from_reader(reader, **kwargs)
+        return npz_from_reader(reader, **kwargs)
     if kind == "mat":
         from npystore.matfile import mat_from_reader  # noqa: PLC0415
 

@@ -60,7 +60,7 @@ from npystore.faces.dtypes import zarr_dtype_for
 from npystore.faces.zarr_store import ArrayNode, GroupNode, node_name
 from npystore.fetch import open_reader
 from npystore.formats import npy
-from npystore.stores import _nodes
+from npystore.stores import store_nodes
 
 __all__ = ["MANIFEST_KEY", "ConvertError", "ConvertResult", "convert", "format_size"]
 
@@ -221,7 +221,7 @@ def _plan(
     array_chunks: Mapping[str, ChunkSpec],
 ) -> _Plan:
     reader = open_reader(url, storage_options)
-    nodes = _nodes(
+    nodes = store_nodes(
         reader, max_header_size=npy.DEFAULT_MAX_HEADER_SIZE, max_members=DEFAULT_MAX_MEMBERS
     )
     root = nodes.get("")

@@ -271,7 +271,7 @@ def open_npz(
     # on S3 the archive's tail (end record and, usually, the central directory) comes with
     # the object's identity: opening is one request
     reader = open_reader(url, storage_options, tail=OPEN_TAIL)
-    return _npz_from_reader(
+    return npz_from_reader(
         reader,
         chunks=chunks,
         allow_pickle=allow_pickle,
@@ -282,7 +282,7 @@ def open_npz(
     )
 
 
-def _npz_from_reader(
+def npz_from_reader(
     reader: RangeReader,
     *,
     chunks: Any = "auto",
@@ -292,6 +292,8 @@ def _npz_from_reader(
     max_members: int = DEFAULT_MAX_MEMBERS,
     max_chunks: int = DEFAULT_MAX_CHUNKS,
 ) -> NpzFile:
+    """:func:`open_npz` on an opened reader (for :func:`npystore.open` and the package's
+    tools, which sniff the format first); the keywords are :func:`open_npz`'s."""
     if reader.size < 22:
         raise FormatError(f"{reader.url}: {reader.size} bytes is too short for a ZIP archive")
     archive = ZipArchive(

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from npystore.access import LayoutArray
-from npystore.api import _open_layout_array, _read_prefix, sniff
+from npystore.api import open_layout_array, read_prefix, sniff
 from npystore.archive import DEFAULT_MAX_MEMBERS, ZipArchive
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader, open_reader
@@ -28,14 +28,16 @@ __all__ = ["open_store", "to_kerchunk"]
 MAX_INLINE_CHUNK: Final = 8 * 2**20
 
 
-def _nodes(reader: RangeReader, *, max_header_size: int, max_members: int) -> dict[str, Node]:
+def store_nodes(reader: RangeReader, *, max_header_size: int, max_members: int) -> dict[str, Node]:
+    """The Zarr hierarchy of the file behind ``reader``: path -> array or group node, as
+    :func:`open_store` serves it (``convert`` writes the same tree)."""
     from npystore.faces.zarr_store import ArrayNode, GroupNode, node_name  # noqa: PLC0415
 
-    prefix = _read_prefix(reader)
+    prefix = read_prefix(reader)
     kind = sniff(prefix)
     about: dict[str, Any] = {"npystore": {"source": reader.url, "format": kind}}
     if kind == "npy":
-        array = _open_layout_array(reader, prefix, False, max_header_size)
+        array = open_layout_array(reader, prefix, False, max_header_size)
         return {"": ArrayNode(array, attributes=about)}
     if kind == "npz":
         archive = ZipArchive(reader, max_header_size=max_header_size, max_members=max_members)
@@ -129,7 +131,7 @@ def open_store(
     from npystore.faces.zarr_store import LayoutStore  # noqa: PLC0415
 
     reader = open_reader(url, storage_options)
-    nodes = _nodes(reader, max_header_size=max_header_size, max_members=max_members)
+    nodes = store_nodes(reader, max_header_size=max_header_size, max_members=max_members)
     return LayoutStore(nodes, url=reader.url)
 
 
@@ -175,7 +177,7 @@ def to_kerchunk(
     from npystore.faces.zarr_store import ArrayNode, LayoutStore  # noqa: PLC0415
 
     reader = open_reader(url, storage_options)
-    nodes = _nodes(reader, max_header_size=max_header_size, max_members=max_members)
+    nodes = store_nodes(reader, max_header_size=max_header_size, max_members=max_members)
     store = LayoutStore(nodes, url=reader.url)
     target = reader.fs.unstrip_protocol(reader.path)
     refs: dict[str, Any] = {}

@@ -38,7 +38,7 @@ from xarray.backends import BackendArray, BackendEntrypoint
 from xarray.core import indexing
 
 from npystore.access import LayoutArray
-from npystore.api import _open_layout_array, _read_prefix, sniff
+from npystore.api import open_layout_array, read_prefix, sniff
 from npystore.errors import FormatError
 from npystore.faces.dask import normalize_layout_chunks
 from npystore.fetch import RangeReader, open_reader
@@ -46,7 +46,7 @@ from npystore.formats import npy
 from npystore.layout import ArrayLayout, RawExtent
 from npystore.matfile import MatFile, mat_from_reader
 from npystore.mattree import CharLeaf, MatInfo, MatNode, NumericLeaf, StructNode
-from npystore.npz import NpzFile, _npz_from_reader
+from npystore.npz import NpzFile, npz_from_reader
 
 __all__ = ["NpystoreBackendArray", "NpystoreBackendEntrypoint", "SkippedVariableWarning"]
 
@@ -388,13 +388,13 @@ class _Opened:
         squeeze: bool,
     ) -> _Opened:
         reader = open_reader(url, storage_options)
-        prefix = _read_prefix(reader)
+        prefix = read_prefix(reader)
         kind = sniff(prefix)
         obj: Any
         if kind == "npy":
-            obj = _open_layout_array(reader, prefix, allow_pickle, npy.DEFAULT_MAX_HEADER_SIZE)
+            obj = open_layout_array(reader, prefix, allow_pickle, npy.DEFAULT_MAX_HEADER_SIZE)
         elif kind == "npz":
-            obj = _npz_from_reader(reader, allow_pickle=allow_pickle, index_cache=index_cache)
+            obj = npz_from_reader(reader, allow_pickle=allow_pickle, index_cache=index_cache)
         elif kind == "mat":
             obj = mat_from_reader(reader, bytes(prefix[:128]))
         else:
