@@ -238,7 +238,11 @@ def mat_v73(tmp_path: Path) -> Path:
 
 
 def test_info_mat_v5_tree(mat_v5: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(capsys, "info", str(mat_v5), "--json")
+    # by default a v5 file lists its variables from their headers alone (contents are data)
+    code, out, _ = run(capsys, "info", str(mat_v5), "--json")
+    assert code == 0
+    assert not any("children" in v for v in json.loads(out)["variables"])
+    code, out, err = run(capsys, "info", str(mat_v5), "--json", "--depth", "-1")
     assert (code, err) == (0, "")
     facts = json.loads(out)
     assert facts["version"] == "5"
@@ -266,7 +270,7 @@ def test_info_mat_v5_tree(mat_v5: Path, capsys: pytest.CaptureFixture[str]) -> N
     ]  # fmt: skip
     code, out, _ = run(capsys, "info", str(mat_v5), "--json", "--depth", "0")
     assert not any("children" in v for v in json.loads(out)["variables"])
-    code, out, _ = run(capsys, "info", str(mat_v5))
+    code, out, _ = run(capsys, "info", str(mat_v5), "--depth", "-1")
     lines = out.splitlines()
     assert lines[0] == str(mat_v5)
     assert lines[1].startswith("MAT-file v5: MATLAB 5.0 MAT-file")
@@ -523,3 +527,24 @@ def test_console_script_and_module(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith("npystore: error: ")
     assert "no.npy" in done.stderr
+
+
+def test_info_reads_headers_only_over_s3(
+    s3: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A compressed v5 struct holding 2 MB of data: `info` lists it without inflating it."""
+    path = tmp_path / "big.mat"
+    rng = np.random.default_rng(3)
+    sio.savemat(path, {"s": {"m": rng.standard_normal((500, 500))}, "x": np.eye(3)},
+                do_compression=True)  # fmt: skip
+    url = s3.put_file(path, "big.mat")
+    so = s3.storage_options
+    opts = ["-s", f"key={so['key']}", "-s", f"secret={so['secret']}",
+            "-s", f"client_kwargs.endpoint_url={so['client_kwargs']['endpoint_url']}",
+            "-s", f"client_kwargs.region_name={so['client_kwargs']['region_name']}"]  # fmt: skip
+    with s3.counter.measure() as m:
+        code, out, err = run(capsys, "info", url, "--json", *opts)
+    assert (code, err) == (0, "")
+    facts = json.loads(out)
+    assert {v["name"]: v["class"] for v in facts["variables"]} == {"s": "struct", "x": "double"}
+    assert m.bytes < 300 * 1024 < path.stat().st_size / 5

@@ -278,6 +278,10 @@ def _mat_info(
     url: str, options: Mapping[str, Any] | None, size: int, depth: int | None
 ) -> dict[str, Any]:
     with npystore.open_mat(url, storage_options=options) as mat:
+        if depth is None:  # headers only: v7.3 structure is metadata, v5 structure is data
+            depth = -1 if mat.version == "7.3" else 0
+        if depth < 0:
+            depth = None
         variables = []
         for name, info in mat.variables.items():
             entry: dict[str, Any] = {"name": name, "path": name, "class": info.matlab_class,
@@ -306,8 +310,10 @@ def info(
     options : mapping, optional
         fsspec storage options.
     depth : int, optional
-        Levels of struct and cell contents listed for MATLAB files (``None``: all; ``0``:
-        the variables' headers only).
+        Levels of struct and cell contents listed for MATLAB files (``-1``: all; ``0``: the
+        variables alone). ``None`` reads headers only: all levels of a v7.3 file (HDF5
+        metadata), none of a v5/v4 file (whose struct and cell contents are stored with the
+        data, compressed variables inflated whole).
 
     Returns
     -------
@@ -609,7 +615,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--depth",
         type=int,
         default=None,
-        help="levels of struct/cell contents listed for .mat (default: all)",
+        help="levels of struct/cell contents listed for .mat (-1: all; default: what the "
+        "headers hold: all for v7.3, none for v5/v4, whose contents are data)",
     )
     p.set_defaults(run=_info_cmd)
 
