@@ -1692,8 +1692,6 @@ def test_mat73_seeds_parse_cleanly() -> None:
 
 #: What hdf5.prefetch_chunk_index reads at most: nodes in all, blocks, continuation rounds.
 PRELOAD_BYTES = 32 * 2**20
-MAX_HEADER_BLOCK = 2**20
-MAX_CONTINUATIONS = 64
 
 
 class H5Seed:
@@ -1747,26 +1745,18 @@ def walk_chunk_index(buf: bytes, base: int, address: int) -> int:
     assert sb.sizeof_addr in (2, 4, 8)
     assert sb.chunk_k > 0
     start = base + address
-    prefix = buf[start : start + h5index.HEADER_PREFIX]
-    size = h5index.header_size(prefix)
+    size = h5index.header_size(buf[start : start + h5index.HEADER_PREFIX])
     assert 0 < size <= h5index.MAX_HEADER_SIZE
-    first = h5index.parse_object_header(buf[start : start + size], sb.sizeof_addr)
-    version = 2 if prefix.startswith(b"OHDR") else 1
-    messages = list(first.messages)
-    todo = list(first.continuations)
-    for _ in range(MAX_CONTINUATIONS):
-        if not todo:
-            break
-        a, n = todo.pop(0)
-        assert a >= 0
-        assert n >= 0
-        block = h5index.parse_object_header(
-            buf[base + a : base + a + min(n, MAX_HEADER_BLOCK)],
-            sb.sizeof_addr,
-            continuation=version,
-        )
-        messages.extend(block.messages)
-        todo.extend(block.continuations)
+    continuations: list[tuple[int, int]] = []
+
+    def read(a: int, b: int) -> bytes:
+        continuations.append((a, b))
+        assert 0 <= a <= b  # continuation addresses and lengths are never negative
+        assert b - a <= max(h5index.MAX_HEADER_BLOCK, h5index.MAX_HEADER_SIZE)
+        return buf[a:b]
+
+    messages = h5index.object_header_messages(read, base, address, sb.sizeof_addr)
+    assert len(continuations) <= 2 + h5index.MAX_CONTINUATIONS
     for kind, body in messages:
         assert 0 <= kind <= 0xFFFF
         assert isinstance(body, bytes)

@@ -69,10 +69,6 @@ _FIXED_HDF5: Final = (1, 14, 4)
 _CACHED_SCAN: Final = 64
 #: Most bytes of chunk B-tree nodes fetched ahead of libhdf5 for one dataset.
 _PRELOAD_BYTES: Final = 32 * 2**20
-#: Most continuation blocks of an object header followed when looking for its layout.
-_MAX_CONTINUATIONS: Final = 64
-#: Largest object header block read when looking for its layout.
-_MAX_HEADER_BLOCK: Final = 2**20
 #: Most chunks of one dataset's chunk grid (its offsets, sizes and masks take 20 bytes each,
 #: allocated up front: a 2 KB file may declare a grid of 2**40 chunks).
 MAX_CHUNK_GRID: Final = 1 << 24
@@ -614,25 +610,7 @@ def _header_messages(
     blockfile: BlockFile, base: int, address: int, sb: h5index.Superblock
 ) -> tuple[tuple[int, bytes], ...]:
     """Every message of the object header at ``address`` (continuations followed)."""
-    start = base + address
-    prefix = blockfile.read_at(start, start + h5index.HEADER_PREFIX)
-    size = h5index.header_size(prefix)
-    first = h5index.parse_object_header(blockfile.read_at(start, start + size), sb.sizeof_addr)
-    version = 2 if prefix.startswith(b"OHDR") else 1
-    messages = list(first.messages)
-    todo = list(first.continuations)
-    for _ in range(_MAX_CONTINUATIONS):
-        if not todo:
-            break
-        a, n = todo.pop(0)
-        block = h5index.parse_object_header(
-            blockfile.read_at(base + a, base + a + min(n, _MAX_HEADER_BLOCK)),
-            sb.sizeof_addr,
-            continuation=version,
-        )
-        messages.extend(block.messages)
-        todo.extend(block.continuations)
-    return tuple(messages)
+    return h5index.object_header_messages(blockfile.read_at, base, address, sb.sizeof_addr)
 
 
 def _grid(shape: tuple[int, ...], chunk: tuple[int, ...], source: str) -> tuple[int, ...]:

@@ -58,6 +58,7 @@ libhdf5 reads a node as ``24 + 2K * address + (2K + 1) * key`` bytes whatever it
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -73,6 +74,7 @@ __all__ = [
     "btree_node_size",
     "chunk_index",
     "header_size",
+    "object_header_messages",
     "parse_btree_node",
     "parse_object_header",
     "parse_superblock",
@@ -222,6 +224,59 @@ def parse_object_header(data: bytes, sizeof_addr: int, *, continuation: int = 0)
     size = _uint(data, 8, 4, "object header")
     block = _messages_v1(data, 16, 16 + size, sizeof_addr)
     return HeaderBlock(block.messages[:count], block.continuations)
+
+
+#: Most continuation blocks of an object header followed by :func:`object_header_messages`.
+MAX_CONTINUATIONS: Final = 64
+#: Largest continuation block :func:`object_header_messages` reads.
+MAX_HEADER_BLOCK: Final = 2**20
+
+
+def object_header_messages(
+    read: Callable[[int, int], bytes], base: int, address: int, sizeof_addr: int
+) -> tuple[tuple[int, bytes], ...]:
+    """Every message of the object header at ``address``, continuation blocks followed.
+
+    Parameters
+    ----------
+    read : callable
+        ``read(start, stop)`` returns the file's bytes ``[start, stop)`` (fewer at its end);
+        the caller decides where they come from.
+    base : int
+        Where the HDF5 file starts (the user block's size).
+    address : int
+        The object header's address (relative to ``base``).
+    sizeof_addr : int
+        The superblock's size of addresses.
+
+    Returns
+    -------
+    tuple of (int, bytes)
+        ``(message type, body)`` of the first block, then of each continuation block (at
+        most :data:`MAX_CONTINUATIONS`, each at most :data:`MAX_HEADER_BLOCK` bytes).
+
+    Raises
+    ------
+    FormatError
+        A malformed header, or one larger than :data:`MAX_HEADER_SIZE`.
+    """
+    start = base + address
+    prefix = read(start, start + HEADER_PREFIX)
+    size = header_size(prefix)
+    first = parse_object_header(read(start, start + size), sizeof_addr)
+    version = 2 if prefix.startswith(b"OHDR") else 1
+    messages = list(first.messages)
+    todo = list(first.continuations)
+    for _ in range(MAX_CONTINUATIONS):
+        if not todo:
+            break
+        a, n = todo.pop(0)
+        block = parse_object_header(
+            read(base + a, base + a + min(n, MAX_HEADER_BLOCK)), sizeof_addr, continuation=version
+        )
+        messages.extend(block.messages)
+        todo.extend(block.continuations)
+    return tuple(messages)
 
 
 def _messages_v1(data: bytes, start: int, stop: int, sizeof_addr: int) -> HeaderBlock:
