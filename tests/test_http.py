@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 import npystore
+from npystore.errors import ConsistencyError
 
 pytest.importorskip("aiohttp")
 
@@ -19,6 +21,14 @@ pytest.importorskip("aiohttp")
 class _RangeHandler(BaseHTTPRequestHandler):
     root: Path
     log: list[str]
+    #: If-Match headers the GETs carried (None: none).
+    matches: list[str | None]
+    #: Serve ETags as weak ones (W/"..."), which cannot pin range requests.
+    weak: bool = False
+
+    def _etag(self, data: bytes) -> str:
+        tag = f'"{zlib.crc32(data):08x}"'
+        return f"W/{tag}" if self.weak else tag
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -35,7 +45,7 @@ class _RangeHandler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Accept-Ranges", "bytes")
-        self.send_header("ETag", f'"{hash(data) & 0xFFFFFFFF:x}"')
+        self.send_header("ETag", self._etag(data))
         self.end_headers()
 
     def do_GET(self) -> None:
@@ -45,6 +55,11 @@ class _RangeHandler(BaseHTTPRequestHandler):
             return
         header = self.headers.get("Range")
         self.log.append(header or "")
+        match_header = self.headers.get("If-Match")
+        self.matches.append(match_header)
+        if match_header is not None and match_header not in ("*", self._etag(data)):
+            self.send_error(412)
+            return
         match = re.fullmatch(r"bytes=(\d+)-(\d*)", header or "")
         if match:
             start = int(match.group(1))
@@ -63,7 +78,7 @@ class _RangeHandler(BaseHTTPRequestHandler):
 @pytest.fixture
 def http_root(tmp_path: Path) -> Iterator[tuple[str, Path, list[str]]]:
     log: list[str] = []
-    handler = type("Handler", (_RangeHandler,), {"root": tmp_path, "log": log})
+    handler = type("Handler", (_RangeHandler,), {"root": tmp_path, "log": log, "matches": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -87,3 +102,34 @@ def test_http_range_reads(http_root: tuple[str, Path, list[str]]) -> None:
     assert len(log) == 1
     assert log[0].startswith("bytes=")
     np.testing.assert_array_equal(npystore.load(f"{base}/a.npy"), arr)
+
+
+def test_http_reads_are_pinned_to_the_strong_etag(
+    http_root: tuple[str, Path, list[str]],
+) -> None:
+    base, root, _ = http_root
+    np.save(root / "p.npy", np.arange(1000.0))
+    a = npystore.open_npy(f"{base}/p.npy", chunks=100)
+    np.testing.assert_array_equal(a[:10].compute(), np.arange(10.0))
+    np.save(root / "p.npy", np.arange(1000.0) + 1)  # same size, other bytes, other ETag
+    with pytest.raises(ConsistencyError, match=r"p\.npy: the object changed.*ETag"):
+        a[500:510].compute()
+    assert npystore.open_npy(f"{base}/p.npy")[:3].compute().tolist() == [1.0, 2.0, 3.0]
+
+
+def test_http_weak_etag_reads_unpinned(tmp_path: Path) -> None:
+    log: list[str] = []
+    matches: list[str | None] = []
+    attrs = {"root": tmp_path, "log": log, "matches": matches, "weak": True}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Weak", (_RangeHandler,), attrs))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        np.save(tmp_path / "w.npy", np.arange(50))
+        url = f"http://127.0.0.1:{server.server_address[1]}/w.npy"
+        np.testing.assert_array_equal(npystore.open_npy(url)[40:].compute(), np.arange(40, 50))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert matches
+    assert set(matches) == {None}  # a weak ETag never matches a range request: not sent

@@ -3,7 +3,7 @@
 A reader is bound to one object and to the identity it had when it was opened (size plus
 mtime, ETag or version id). On S3 the identity comes from a ranged ``GetObject`` of the
 object's first bytes (no ``HeadObject``), so opening and sniffing a file is one round trip.
-It reads ranges three ways:
+It reads ranges four ways:
 
 - local files (``LocalFileSystem``): ``os.preadv`` straight into the caller's buffers, large
   ranges split across a small thread pool (the GIL is released while the kernel copies);
@@ -12,8 +12,11 @@ It reads ranges three ways:
   ``If-Match: <ETag>``; a replaced object answers 412 and the read raises
   :class:`~npystore.errors.ConsistencyError` (old and new bytes never mix in one result).
   Each response's ``Content-Range`` total is checked against the size at open too;
-- everything else: ``fs.cat_ranges``, many ranges in flight at once (http and other async
-  filesystems run them concurrently on fsspec's event loop).
+- http(s): concurrent ranged GETs on fsspec's event loop, each with ``If-Match`` and the
+  strong ETag the server reported at open (a replaced object answers 412:
+  :class:`~npystore.errors.ConsistencyError`); without a strong ETag, as below;
+- everything else: ``fs.cat_ranges``, many ranges in flight at once (async filesystems run
+  them concurrently on fsspec's event loop).
 
 Remote results are length-checked; a short body, a dropped connection or a server error is
 retried with exponential backoff and jitter, up to :data:`REMOTE_ATTEMPTS` attempts, before a
@@ -152,6 +155,9 @@ class RangeReader:
         self.identity = identity
         self.local = isinstance(fs, LocalFileSystem)
         self._pinned_s3 = _is_s3(fs)
+        #: http(s): reads carry ``If-Match`` with the strong ETag seen at open (a weak one,
+        #: ``W/"..."``, never matches a range request, so it cannot pin).
+        self._http_etag = _strong_etag(identity) if _is_http(fs) else None
         self.max_gap = 32 * 2**10 if self.local else 512 * 2**10
         self.max_span = 64 * 2**20
         if max(len(head), len(tail)) > identity.size:
@@ -321,6 +327,8 @@ class RangeReader:
             if self._pinned_s3:
                 views = None if into is None else [into[i] for i in todo]
                 got = self._s3_get_many(wanted, views)
+            elif self._http_etag is not None:
+                got = self._http_get_many(wanted, self._http_etag)
             else:
                 got = self._cat_ranges(wanted)
             retry = []
@@ -361,6 +369,32 @@ class RangeReader:
             [b for _, b in ranges],
             on_error="return",
         )
+        return got
+
+    def _http_get_many(self, ranges: list[tuple[int, int]], etag: str) -> list[Any]:
+        """Each range as bytes or the exception it raised, with ``If-Match: etag``; a 412
+        (the object changed) becomes :class:`~npystore.errors.ConsistencyError`."""
+        from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
+
+        fs: Any = self.fs
+        headers = {**dict(fs.kwargs.get("headers") or {}), "If-Match": etag}
+
+        async def one(start: int, stop: int) -> bytes:
+            try:
+                data: bytes = await fs._cat_file(self.path, start=start, end=stop, headers=headers)
+            except Exception as exc:
+                if getattr(exc, "status", None) == 412:
+                    raise ConsistencyError(
+                        f"{self.url}: the object changed since it was opened (ETag {etag} no "
+                        f"longer matches); reopen it"
+                    ) from exc
+                raise
+            return data
+
+        async def all_ranges() -> list[Any]:
+            return await asyncio.gather(*(one(a, b) for a, b in ranges), return_exceptions=True)
+
+        got: list[Any] = sync(fs.loop, all_ranges)
         return got
 
     def _s3_get_many(
@@ -469,6 +503,22 @@ def _opening_bytes(resp: Mapping[str, Any], data: bytes, count: int) -> tuple[in
     if int(match.group(1)) != first or len(data) != want:
         return f"got {len(data)} bytes as {content_range!r}, expected bytes {first}+{want}"
     return size, bytes(data)
+
+
+def _is_http(fs: Any) -> bool:
+    """Whether ``fs`` is fsspec's HTTPFileSystem (http and https URLs)."""
+    return any(
+        cls.__module__ == "fsspec.implementations.http" and cls.__name__ == "HTTPFileSystem"
+        for cls in type(fs).__mro__
+    )
+
+
+def _strong_etag(identity: ObjectIdentity) -> str | None:
+    """The identity's ETag if it is a strong one (``"..."``, not ``W/"..."``)."""
+    etag = dict(identity.fields).get("ETag")
+    if etag and etag.startswith('"') and etag.endswith('"') and len(etag) >= 2:
+        return etag
+    return None
 
 
 def _is_s3(fs: Any) -> bool:
