@@ -358,8 +358,7 @@ class RangeReader:
                     f"{self.url}: reading bytes [{start}, {stop}) failed after "
                     f"{REMOTE_ATTEMPTS} attempts: {last_problem}"
                 )
-            delay = min(RETRY_DELAY_MAX, RETRY_DELAY * 2**attempt)
-            time.sleep(delay * (1 + random.random() / 2))
+            _backoff(attempt)
         return [r if r is not None else b"" for r in results]
 
     def _cat_ranges(self, ranges: list[tuple[int, int]]) -> list[Any]:
@@ -431,10 +430,9 @@ class RangeReader:
         stop: int,
         into: memoryview | None = None,
     ) -> bytes | memoryview:
-        fs: Any = self.fs
         try:
-            resp = await fs._call_s3(
-                "get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{stop - 1}", **pin
+            resp, data = await _get_object(
+                self.fs, bucket, key, f"bytes={start}-{stop - 1}", pin, into
             )
         except OSError as exc:
             if _error_code(exc) in ("PreconditionFailed", "412"):
@@ -444,13 +442,6 @@ class RangeReader:
                     f"reopen it"
                 ) from exc
             raise
-        body = resp["Body"]
-        try:
-            data: bytes | memoryview = (
-                await body.read() if into is None else await _stream_into(body, into)
-            )
-        finally:
-            body.close()
         match = _CONTENT_RANGE.fullmatch(str(resp.get("ContentRange") or ""))
         if match and match.group(3) != "*" and int(match.group(3)) != self.identity.size:
             raise ConsistencyError(
@@ -465,6 +456,34 @@ class RangeReader:
                 f"{self.url}: byte range [{start}, {stop}) lies outside the object "
                 f"of {self.identity.size} bytes"
             )
+
+
+async def _get_object(
+    fs: Any,
+    bucket: str,
+    key: str,
+    byte_range: str,
+    pin: Mapping[str, str],
+    into: memoryview | None = None,
+) -> tuple[dict[str, Any], bytes | memoryview]:
+    """One ranged ``GetObject``: the response and its body (streamed into ``into`` if given,
+    see :func:`_stream_into`); the body is always closed."""
+    resp: dict[str, Any] = await fs._call_s3(
+        "get_object", Bucket=bucket, Key=key, Range=byte_range, **pin
+    )
+    body = resp["Body"]
+    try:
+        data = await body.read() if into is None else await _stream_into(body, into)
+    finally:
+        body.close()
+    return resp, data
+
+
+def _backoff(attempt: int) -> None:
+    """Sleep before retry ``attempt + 1``: :data:`RETRY_DELAY` doubling per attempt, capped
+    at :data:`RETRY_DELAY_MAX`, plus up to 50% jitter."""
+    delay = min(RETRY_DELAY_MAX, RETRY_DELAY * 2**attempt)
+    time.sleep(delay * (1 + random.random() / 2))
 
 
 async def _stream_into(body: Any, view: memoryview) -> memoryview:
@@ -636,13 +655,8 @@ def _s3_open(fs: Any, path: str, name: str, count: int) -> tuple[ObjectIdentity,
     span = f"[0, {count})" if count > 0 else f"the last {-count}"
 
     async def get() -> tuple[dict[str, Any], bytes]:
-        resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=wanted, **pin)
-        body = resp["Body"]
-        try:
-            data: bytes = await body.read()
-        finally:
-            body.close()
-        return resp, data
+        resp, data = await _get_object(fs, bucket, key, wanted, pin)
+        return resp, bytes(data)  # already bytes (no ``into``): no copy
 
     problem: BaseException | str | None = None
     for attempt in range(REMOTE_ATTEMPTS):
@@ -671,8 +685,7 @@ def _s3_open(fs: Any, path: str, name: str, count: int) -> tuple[ObjectIdentity,
                 }
                 return ObjectIdentity.from_info(name, info), part
         if attempt < REMOTE_ATTEMPTS - 1:
-            delay = min(RETRY_DELAY_MAX, RETRY_DELAY * 2**attempt)
-            time.sleep(delay * (1 + random.random() / 2))
+            _backoff(attempt)
     raise FetchError(
         f"{name}: reading bytes {span} at open failed after {REMOTE_ATTEMPTS} attempts: {problem}"
     )
