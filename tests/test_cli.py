@@ -548,3 +548,21 @@ def test_info_reads_headers_only_over_s3(
     facts = json.loads(out)
     assert {v["name"]: v["class"] for v in facts["variables"]} == {"s": "struct", "x": "double"}
     assert m.bytes < 300 * 1024 < path.stat().st_size / 5
+
+
+def test_info_npy_over_s3_is_one_request(
+    s3: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The open that sniffs the format also reads the header: one GET, no HEAD."""
+    path = tmp_path / "one.npy"
+    np.save(path, np.arange(1000.0))
+    url = s3.put_file(path, "one.npy")
+    so = s3.storage_options
+    opts = ["-s", f"key={so['key']}", "-s", f"secret={so['secret']}",
+            "-s", f"client_kwargs.endpoint_url={so['client_kwargs']['endpoint_url']}",
+            "-s", f"client_kwargs.region_name={so['client_kwargs']['region_name']}"]  # fmt: skip
+    with s3.counter.measure() as m:
+        code, out, _ = run(capsys, "info", url, "--json", *opts)
+    assert code == 0
+    assert json.loads(out)["shape"] == [1000]
+    assert (m.gets, m.heads) == (1, 0)

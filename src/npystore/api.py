@@ -45,8 +45,9 @@ def read_prefix(reader: RangeReader) -> bytes:
     return reader.read(0, min(reader.size, PREFIX_SIZE))
 
 
-def _header_from_prefix(reader: RangeReader, prefix: bytes, max_header_size: int) -> npy.NpyHeader:
-    """Parse the header; read exactly the rest of it if the prefix was too short."""
+def header_from_prefix(reader: RangeReader, prefix: bytes, max_header_size: int) -> npy.NpyHeader:
+    """The ``.npy`` header behind ``reader``, parsed from ``prefix`` (its first bytes, e.g.
+    :func:`read_prefix`); exactly the rest of it is read if the prefix was too short."""
     url = reader.url
     if len(prefix) < npy.PREAMBLE_MAX_LEN and len(prefix) == reader.size and npy.is_npy(prefix):
         raise FormatError(f"{url}: truncated .npy file: {reader.size} bytes, no complete header")
@@ -129,7 +130,7 @@ def read_header(
     ((3, 4), dtype('float32'), False, 128)
     """
     reader = open_reader(url, storage_options)
-    return _header_from_prefix(reader, read_prefix(reader), max_header_size)
+    return header_from_prefix(reader, read_prefix(reader), max_header_size)
 
 
 def open_layout_array(
@@ -138,7 +139,7 @@ def open_layout_array(
     """The ``.npy`` file behind ``reader`` as a lazy :class:`~npystore.access.LayoutArray`,
     its header parsed from ``prefix`` (read exactly to its end if it is longer); for the
     package's tools (Zarr store, xarray backend), which need the layout, not a dask array."""
-    header = _header_from_prefix(reader, prefix, max_header_size)
+    header = header_from_prefix(reader, prefix, max_header_size)
     return LayoutArray(reader, _layout(reader, header, allow_pickle))
 
 

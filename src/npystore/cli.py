@@ -30,9 +30,11 @@ from typing import Any, Final, TextIO
 import numpy as np
 
 import npystore
-from npystore.api import PREFIX_SIZE, read_header, sniff
+from npystore.api import header_from_prefix, read_prefix, sniff
 from npystore.errors import NpystoreError
-from npystore.fetch import open_reader
+from npystore.fetch import RangeReader, open_reader
+from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
+from npystore.matfile import mat_from_reader
 from npystore.mattree import (
     CellNode,
     MatlabObject,
@@ -43,6 +45,7 @@ from npystore.mattree import (
     StructNode,
     to_value,
 )
+from npystore.npz import npz_from_reader
 
 __all__ = ["CliError", "build_parser", "info", "main", "parse_slice", "parse_storage_options",
            "split_member"]  # fmt: skip
@@ -207,8 +210,9 @@ def _dims(dims: Sequence[int]) -> str:
     return "x".join(map(str, dims)) if dims else "?"
 
 
-def _npy_info(url: str, options: Mapping[str, Any] | None, size: int) -> dict[str, Any]:
-    h = read_header(url, storage_options=options)
+def _npy_info(url: str, reader: RangeReader, prefix: bytes) -> dict[str, Any]:
+    h = header_from_prefix(reader, prefix, DEFAULT_MAX_HEADER_SIZE)
+    size = reader.size
     return {
         "url": url,
         "format": "npy",
@@ -222,8 +226,9 @@ def _npy_info(url: str, options: Mapping[str, Any] | None, size: int) -> dict[st
     }
 
 
-def _npz_info(url: str, options: Mapping[str, Any] | None, size: int) -> dict[str, Any]:
-    npz = npystore.open_npz(url, storage_options=options)
+def _npz_info(url: str, reader: RangeReader) -> dict[str, Any]:
+    npz = npz_from_reader(reader)
+    size = reader.size
     npz.headers  # noqa: B018 - one batch of range reads for every member header
     members = []
     for key in npz.files:
@@ -274,10 +279,9 @@ def _element(node: StructNode, i: int) -> StructNode:
     return StructNode((1, 1), node.fields, (node.elements[i],), node.matlab_class)
 
 
-def _mat_info(
-    url: str, options: Mapping[str, Any] | None, size: int, depth: int | None
-) -> dict[str, Any]:
-    with npystore.open_mat(url, storage_options=options) as mat:
+def _mat_info(url: str, reader: RangeReader, prefix: bytes, depth: int | None) -> dict[str, Any]:
+    size = reader.size
+    with mat_from_reader(reader, prefix) as mat:
         if depth is None:  # headers only: v7.3 structure is metadata, v5 structure is data
             depth = -1 if mat.version == "7.3" else 0
         if depth < 0:
@@ -326,14 +330,15 @@ def info(
     FormatError
         Not a file npystore knows.
     """
-    reader = open_reader(url, options)
-    kind = sniff(reader.read(0, min(reader.size, PREFIX_SIZE)))
+    reader = open_reader(url, options)  # one open serves the sniff and the format's reader
+    prefix = read_prefix(reader)
+    kind = sniff(prefix)
     if kind == "npy":
-        return _npy_info(url, options, reader.size)
+        return _npy_info(url, reader, prefix)
     if kind == "npz":
-        return _npz_info(url, options, reader.size)
+        return _npz_info(url, reader)
     if kind == "mat":
-        return _mat_info(url, options, reader.size, depth)
+        return _mat_info(url, reader, prefix, depth)
     npystore.open(url, storage_options=options)  # raises the library's FormatError
     raise CliError(f"{url}: not an .npy, .npz or MAT-file")  # pragma: no cover
 
