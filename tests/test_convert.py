@@ -35,12 +35,17 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+def is_partial(path: Path) -> bool:
+    return path.name.endswith(".partial")
+
+
 def chunk_files(root: Path) -> dict[str, tuple[int, int]]:
-    """Every chunk file of a local store: relative path -> (inode, mtime_ns)."""
+    """Every chunk file of a local store: relative path -> (inode, mtime_ns). Not chunks:
+    zarr.json, the manifest, and a ``.partial`` chunk a killed writer left behind."""
     out = {}
     for path in root.rglob("*"):
         rel = path.relative_to(root).as_posix()
-        if path.is_file() and path.name != "zarr.json" and rel != MANIFEST:
+        if path.is_file() and path.name != "zarr.json" and rel != MANIFEST and not is_partial(path):
             st = path.stat()
             out[rel] = (st.st_ino, st.st_mtime_ns)
     return out
@@ -376,12 +381,16 @@ def test_resume_after_interruption(
     stored = {int(k.split("/")[-1]) for k in before}
     assert len(recorded) >= int(how.partition(":")[0])
     assert recorded <= stored < set(range(300))
+    # what zarr leaves when a writer is killed mid-chunk (SIGKILL sometimes lands there)
+    missing = min(set(range(300)) - stored)
+    (out / "big" / "c" / f"{missing}.{'ab' * 16}.partial").write_bytes(b"half a chunk")
     code, stdout, err = run(capsys, str(src), str(out), "--chunks", "100", "--no-progress")
     assert code == 0, err
     assert f"({len(stored)} done already, resuming)" in err
     assert f"300 chunks ({300 - len(stored)} written now, {len(stored)} before)" in stdout
     after = chunk_files(out)
     assert len(after) == 300
+    assert not any(is_partial(p) for p in out.rglob("*"))  # a killed write's leftover is gone
     assert {k: after[k] for k in before} == before  # not one done chunk was rewritten
     np.testing.assert_array_equal(zarr.open_group(out, mode="r")["big"][...], arr)
     assert json.loads((out / MANIFEST).read_text())["done"] == {"big": [[0, 300]]}

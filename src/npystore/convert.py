@@ -32,6 +32,7 @@ import functools
 import json
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -74,6 +75,9 @@ COMPRESSORS: Final = {"zstd": 3, "blosc": 5, "gzip": 5, "none": None}
 #: a Ctrl-C (SIGINT) or a kill (SIGKILL) would.
 STOP_AFTER_ENV: Final = "NPYSTORE_CONVERT_STOP_AFTER"
 _MANIFEST_VERSION: Final = 1
+#: What zarr's LocalStore leaves behind when a process dies while it writes a chunk (it
+#: writes ``<key>.<uuid hex>.partial`` and renames it into place).
+_STALE_PARTIAL: Final = re.compile(r"[^/]+\.[0-9a-f]{32}\.partial")
 
 ChunkSpec = str | Sequence[int]
 
@@ -602,6 +606,10 @@ def convert(
     else:
         _check_resume(found, expected, out)
         keys = _keys(store)
+        stale = {k for k in keys if _STALE_PARTIAL.fullmatch(k.rsplit("/", 1)[-1])}
+        for key in stale:  # half-written chunks of a killed run: never read, now removed
+            sync(store.delete(key))
+        keys -= stale
     manifest = _Manifest(store, found, checkpoint_interval)
     recorded = found.get("done") or {}
     stored = _stored_chunks(keys, plan.arrays)
