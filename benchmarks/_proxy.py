@@ -3,8 +3,16 @@
 Remote benchmark rows talk to the S3 server through it, so every round trip costs what it
 costs on a cloud store: each request (a chunk from the client that starts with an HTTP
 method) waits ``--delay`` seconds before it is forwarded; response bytes flow back
-unchanged. It runs in its own process, so its CPU time and its event loop never compete
-for the benchmark process's GIL.
+unchanged. It runs in its own process, so it never competes for the benchmark process's
+GIL.
+
+The proxy models latency, not a CPU cost: on a cloud store the bytes do not pass through a
+process on the client's cores. So response bodies are moved by the kernel (``os.splice``
+from the server's socket into a pipe and on to the client's, no copy into Python) and each
+direction of each connection is one blocking thread. Where ``os.splice`` is missing
+(not Linux), bodies are relayed with ``recv``/``sendall``. Measured on the 2-core bench
+machine: relaying an 86 MB load took 0.09-0.14 CPU-s with the former asyncio relay, about
+0.01 CPU-s spliced.
 
 Usage: ``python benchmarks/_proxy.py --target 127.0.0.1:PORT --delay 0.03``; prints the
 port it listens on (one line), then serves until terminated.
@@ -15,46 +23,71 @@ port it listens on (one line), then serves until terminated.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
+import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 #: How a request starts (HTTP/1.1 clients send each request in a new write).
 METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ", b"OPTIONS ")
-#: Bytes per read of either direction.
+#: Bytes per read or splice of either direction.
 PIECE = 1 << 20
 
 
-async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, delay: float | None) -> None:
-    try:
-        while data := await src.read(PIECE):
+def _requests(src: socket.socket, dst: socket.socket, delay: float) -> None:
+    """Client to server: each request waits ``delay`` seconds, then goes on unchanged."""
+    with contextlib.suppress(OSError):
+        while data := src.recv(PIECE):
             if delay and data.startswith(METHODS):
-                await asyncio.sleep(delay)
-            dst.write(data)
-            await dst.drain()
-    except (ConnectionError, asyncio.IncompleteReadError):
-        pass  # one side went away: close both below
-    finally:
-        with contextlib.suppress(OSError, RuntimeError):
-            dst.close()
+                time.sleep(delay)
+            dst.sendall(data)
+    _close_both(src, dst)
 
 
-async def _serve(host: str, port: int, delay: float) -> None:
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+def _responses(src: socket.socket, dst: socket.socket) -> None:
+    """Server to client: spliced by the kernel where it can, relayed otherwise."""
+    with contextlib.suppress(OSError):
+        splice = getattr(os, "splice", None)
+        if splice is None:  # pragma: no cover - not Linux
+            while data := src.recv(PIECE):
+                dst.sendall(data)
+        else:
+            read_end, write_end = os.pipe()
+            try:
+                while n := splice(src.fileno(), write_end, PIECE):
+                    while n:
+                        n -= splice(read_end, dst.fileno(), n)
+            finally:
+                os.close(read_end)
+                os.close(write_end)
+    _close_both(src, dst)
+
+
+def _close_both(a: socket.socket, b: socket.socket) -> None:
+    for s in (a, b):
+        with contextlib.suppress(OSError):
+            s.shutdown(socket.SHUT_RDWR)
+
+
+def _serve(host: str, port: int, delay: float) -> None:
+    server = socket.create_server(("127.0.0.1", 0), backlog=256)
+    print(server.getsockname()[1], flush=True)
+    while True:
+        client, _ = server.accept()
         try:
-            up_reader, up_writer = await asyncio.open_connection(host, port, limit=PIECE)
+            upstream = socket.create_connection((host, port))
         except OSError:
-            writer.close()
-            return
-        await asyncio.gather(_pump(reader, up_writer, delay), _pump(up_reader, writer, None))
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0, limit=PIECE)
-    print(server.sockets[0].getsockname()[1], flush=True)
-    async with server:
-        await server.serve_forever()
+            client.close()
+            continue
+        for s in (client, upstream):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        threading.Thread(target=_requests, args=(client, upstream, delay), daemon=True).start()
+        threading.Thread(target=_responses, args=(upstream, client), daemon=True).start()
 
 
 @contextlib.contextmanager
@@ -83,7 +116,7 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.03, help="seconds per request")
     args = parser.parse_args()
     host, _, port = args.target.rpartition(":")
-    asyncio.run(_serve(host, int(port), args.delay))
+    _serve(host, int(port), args.delay)
 
 
 if __name__ == "__main__":

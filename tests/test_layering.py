@@ -3,8 +3,9 @@
 - ``formats/`` is pure (no fsspec/dask/zarr/IO): stdlib, numpy, codecs (isal, zlib_ng),
   scipy.sparse (lazily, for MATLAB sparse values) and npystore's errors/formats.
 - ``layout`` does no IO and knows no face.
-- all IO goes through ``fetch``: fsspec and s3fs are imported nowhere else
-  (``testing/`` excepted, it builds servers for the tests and the demo).
+- all IO goes through ``fetch`` (and ``s3direct``, its presigned S3 GETs): fsspec, s3fs,
+  botocore are imported nowhere else (``testing/`` excepted, it builds servers for the
+  tests and the demo).
 - faces never parse bytes: they do not import ``npystore.formats``.
 - dask is imported only by faces and by the tools that use the library like a user does:
   the demo, the command line and its Zarr conversion (``cli``, ``convert``).
@@ -24,6 +25,8 @@ import pytest
 import npystore
 
 PACKAGE = Path(npystore.__file__).parent
+#: The fetch layer: the reader and its direct S3 request path.
+FETCH_LAYER = {"fetch.py", "s3direct.py"}
 #: Modules that use npystore as a user would (dask allowed).
 TOOLS = {"demo.py", "cli.py", "convert.py"}
 #: Modules that subclass fsspec's filesystem classes (fsspec allowed, no other IO library).
@@ -81,8 +84,8 @@ def test_import_rules(path: Path) -> None:
         assert all(n == "npystore.errors" or n.startswith("npystore.formats") for n in own), own
     if rel == "layout.py":
         assert roots <= STDLIB | {"numpy", "npystore"}, roots
-    if rel != "fetch.py" and not rel.startswith("testing/"):
-        io_libraries = {"s3fs", "aiobotocore", "botocore"}
+    if rel not in FETCH_LAYER and not rel.startswith("testing/"):
+        io_libraries = {"s3fs", "aiobotocore", "botocore", "aiohttp"}
         if rel not in FSSPEC_SUBCLASSES:
             io_libraries.add("fsspec")
         assert not roots & io_libraries, f"{rel} does IO outside fetch.py: {sorted(roots)}"

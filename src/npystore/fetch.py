@@ -29,6 +29,7 @@ Readers pickle as ``(filesystem, path, identity)``: a dask worker rebuilds the f
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import re
@@ -42,6 +43,7 @@ from typing import Any, Final
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from npystore import s3direct
 from npystore.errors import ConsistencyError, FetchError
 
 __all__ = ["ObjectIdentity", "RangeReader", "open_reader", "read_cache_file", "write_cache_file"]
@@ -76,6 +78,8 @@ _IDENTITY_KEYS: Final = (
     "generation",
     "md5Hash",
 )
+
+_log = logging.getLogger(__name__)
 
 _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -158,6 +162,10 @@ class RangeReader:
         #: http(s): reads carry ``If-Match`` with the strong ETag seen at open (a weak one,
         #: ``W/"..."``, never matches a range request, so it cannot pin).
         self._http_etag = _strong_etag(identity) if _is_http(fs) else None
+        #: S3: the presigned URL range reads go to (see :mod:`npystore.s3direct`), and
+        #: whether that path is off for this reader (not applicable, or it failed once).
+        self._signed: s3direct.SignedUrl | None = None
+        self._direct_off = not self._pinned_s3
         self.max_gap = 32 * 2**10 if self.local else 512 * 2**10
         self.max_span = 64 * 2**20
         if max(len(head), len(tail)) > identity.size:
@@ -410,9 +418,10 @@ class RangeReader:
         pin = {"VersionId": version} if version else {"IfMatch": etag} if etag else {}
 
         async def all_ranges() -> list[Any]:
+            signed = await self._direct_url(bucket, key, version)
             return await asyncio.gather(
                 *(
-                    self._s3_get(bucket, key, pin, a, b, None if into is None else into[k])
+                    self._s3_get(bucket, key, pin, a, b, None if into is None else into[k], signed)
                     for k, (a, b) in enumerate(ranges)
                 ),
                 return_exceptions=True,
@@ -420,6 +429,24 @@ class RangeReader:
 
         got: list[Any] = sync(self.fs.loop, all_ranges)
         return got
+
+    async def _direct_url(
+        self, bucket: str, key: str, version: str | None
+    ) -> s3direct.SignedUrl | None:
+        """The presigned URL for direct GETs (signed again when stale), or None: botocore."""
+        if self._direct_off:
+            return None
+        signed = self._signed
+        if signed is None or not signed.fresh():
+            try:
+                signed = await s3direct.direct_url(self.fs, bucket, key, version)
+            except Exception as exc:  # any failure to presign: botocore serves this reader
+                _log.debug("%s: no presigned URL, reading through botocore: %r", self.url, exc)
+                signed = None
+            if signed is None:
+                self._direct_off = True
+            self._signed = signed
+        return signed
 
     async def _s3_get(
         self,
@@ -429,26 +456,46 @@ class RangeReader:
         start: int,
         stop: int,
         into: memoryview | None = None,
+        signed: s3direct.SignedUrl | None = None,
     ) -> bytes | memoryview:
+        if signed is not None and not self._direct_off:
+            try:
+                content_range, data = await s3direct.direct_get(
+                    signed, start, stop, if_match=pin.get("IfMatch"), into=into
+                )
+            except s3direct.PreconditionFailed as exc:
+                raise self._changed(pin) from exc
+            except s3direct.DirectUnusable as exc:  # botocore handles it from now on
+                _log.debug("%s: direct GET refused (%s), reading through botocore", self.url, exc)
+                self._direct_off = True
+            else:
+                self._check_total(content_range)
+                return data
         try:
             resp, data = await _get_object(
                 self.fs, bucket, key, f"bytes={start}-{stop - 1}", pin, into
             )
         except OSError as exc:
             if _error_code(exc) in ("PreconditionFailed", "412"):
-                raise ConsistencyError(
-                    f"{self.url}: the object changed since it was opened "
-                    f"({', '.join(f'{k} {v}' for k, v in pin.items())} no longer matches); "
-                    f"reopen it"
-                ) from exc
+                raise self._changed(pin) from exc
             raise
-        match = _CONTENT_RANGE.fullmatch(str(resp.get("ContentRange") or ""))
+        self._check_total(str(resp.get("ContentRange") or ""))
+        return data
+
+    def _changed(self, pin: Mapping[str, str]) -> ConsistencyError:
+        return ConsistencyError(
+            f"{self.url}: the object changed since it was opened "
+            f"({', '.join(f'{k} {v}' for k, v in pin.items())} no longer matches); reopen it"
+        )
+
+    def _check_total(self, content_range: str) -> None:
+        """A response's ``Content-Range`` total must be the size seen at open."""
+        match = _CONTENT_RANGE.fullmatch(content_range)
         if match and match.group(3) != "*" and int(match.group(3)) != self.identity.size:
             raise ConsistencyError(
                 f"{self.url}: the object is {match.group(3)} bytes now, {self.identity.size} "
                 f"when it was opened; reopen it"
             )
-        return data
 
     def _check_range(self, start: int, stop: int) -> None:
         if not 0 <= start <= stop <= self.identity.size:

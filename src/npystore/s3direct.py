@@ -1,0 +1,315 @@
+"""Ranged S3 GETs without botocore's per-request cost (part of the fetch layer).
+
+botocore spends about 1.3 ms of CPU on every request (parameter validation, serialising,
+signing, event hooks, parsing the response), which is most of what reading many small
+ranges costs: the 72 nodes of a MATLAB file's chunk index took 0.11-0.14 CPU-s through
+s3fs, 0.02 s this way. So, once the object is opened (through botocore, which also finds
+its identity), a :class:`~npystore.fetch.RangeReader` reads its ranges over one
+*presigned* URL per object version and a plain aiohttp session:
+
+- the URL is the one botocore builds for ``GetObject`` (endpoint, addressing style,
+  ``versionId``), signed with a SigV4 query signature (``X-Amz-Signature``) over the host
+  only, so the same URL serves every ``Range`` (and ``If-Match``) header. It is used for at
+  most :data:`URL_REUSE` seconds and signed for :data:`URL_EXPIRES`, so credentials that
+  are refreshed mid-read are picked up;
+- anonymous clients (``anon=True``) get the unsigned URL;
+- each GET emits botocore's ``before-send.s3.GetObject`` and
+  ``response-received.s3.GetObject`` events on the client's event system, so hooks that
+  watch requests (metrics, logging, :class:`npystore.testing.RequestCounter`) see it; a
+  ``before-send`` handler that answers the request itself (a stub or an in-process mock)
+  turns the direct path off, since only botocore can use that answer;
+- the session does not decompress (``Content-Encoding`` bodies are returned as stored, as
+  botocore does), honours proxy environment variables like botocore, and holds as many
+  connections as the client's ``max_pool_connections``.
+
+The path is used only where it cannot change what a read returns: not for requester-pays
+buckets, SSE-C, extra request parameters (``s3_additional_kwargs``), custom TLS
+verification, proxies configured in the client, or a signer other than SigV4/unsigned
+(:func:`direct_url` returns None and the reader keeps using botocore). Any answer other than
+data, 404, 412 or a retryable server error (a redirect, 400, 403: a wrong region, an
+expired token, a policy) raises :class:`DirectUnusable`, and the reader redoes the read
+through botocore for the rest of its life, so errors and redirects are botocore's.
+Set ``NPYSTORE_S3_DIRECT=0`` to always read through botocore.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+__all__ = [
+    "URL_EXPIRES",
+    "URL_REUSE",
+    "DirectUnusable",
+    "PreconditionFailed",
+    "RetryableStatus",
+    "SignedUrl",
+    "direct_enabled",
+    "direct_get",
+    "direct_url",
+]
+
+#: Seconds a presigned URL is valid.
+URL_EXPIRES: Final = 900
+#: Seconds a presigned URL is used before a new one is signed (well inside its validity
+#: and inside botocore's 10-minute refresh margin of temporary credentials).
+URL_REUSE: Final = 300
+#: Statuses retried like a dropped connection.
+_RETRYABLE: Final = frozenset({429, 500, 502, 503, 504})
+#: Query parameters of a botocore presigned URL that belong to its signature.
+_AUTH_PARAMS: Final = frozenset(
+    {
+        "AWSAccessKeyId",
+        "Signature",
+        "Expires",
+        "x-amz-security-token",
+        "X-Amz-Security-Token",
+        "X-Amz-Algorithm",
+        "X-Amz-Credential",
+        "X-Amz-Date",
+        "X-Amz-Expires",
+        "X-Amz-SignedHeaders",
+        "X-Amz-Signature",
+    }
+)
+#: s3fs options that change what a request sends (SSE-C keys, requester pays, ...).
+_CLIENT_OPTIONS_USED: Final = frozenset({"endpoint_url", "region_name", "use_ssl"})
+
+
+class DirectUnusable(Exception):
+    """The presigned path cannot serve this object; read through botocore instead."""
+
+
+class PreconditionFailed(Exception):
+    """412: the object no longer matches the ``If-Match`` ETag (it was replaced)."""
+
+
+class RetryableStatus(OSError):
+    """A server error (5xx, 429) on a direct GET: retried like a dropped connection."""
+
+
+def direct_enabled() -> bool:
+    """Whether direct GETs are allowed (``NPYSTORE_S3_DIRECT`` is not ``0``)."""
+    return os.environ.get("NPYSTORE_S3_DIRECT", "1").strip().lower() not in ("0", "false", "no")
+
+
+@dataclass(frozen=True, slots=True)
+class SignedUrl:
+    """A presigned ``GetObject`` URL of one object version.
+
+    Attributes
+    ----------
+    url : str
+        The URL (query signature included).
+    signed_at : float
+        ``time.monotonic()`` when it was signed.
+    connections : int
+        Most connections to keep open (the client's ``max_pool_connections``).
+    timeouts : tuple of float
+        ``(connect, read)`` seconds, the client's.
+    events : object
+        The client's event emitter (``client.meta.events``).
+    """
+
+    url: str
+    signed_at: float
+    connections: int
+    timeouts: tuple[float, float]
+    events: Any = field(compare=False, repr=False)
+
+    def fresh(self) -> bool:
+        """Whether it may still be used (signed less than :data:`URL_REUSE` seconds ago)."""
+        return time.monotonic() - self.signed_at < URL_REUSE
+
+
+def _eligible(fs: Any) -> bool:
+    """Whether ``fs``'s options leave every GetObject a plain GET (see the module doc)."""
+    if getattr(fs, "req_kw", None) or getattr(fs, "s3_additional_kwargs", None):
+        return False
+    client_kwargs = getattr(fs, "client_kwargs", None) or {}
+    if set(client_kwargs) - _CLIENT_OPTIONS_USED:
+        return False  # verify=..., proxies, custom credentials providers: keep botocore
+    config = getattr(fs, "config_kwargs", None) or {}
+    return not config.get("proxies")
+
+
+async def direct_url(fs: Any, bucket: str, key: str, version: str | None) -> SignedUrl | None:
+    """Presign ``GetObject`` of ``bucket/key`` (at ``version``) for the client of ``fs``.
+
+    Returns None when the direct path does not apply to this filesystem (see the module
+    doc), so the caller keeps using botocore.
+    """
+    from botocore import UNSIGNED  # noqa: PLC0415 - s3fs's own dependency
+    from botocore.auth import S3SigV4QueryAuth  # noqa: PLC0415
+    from botocore.awsrequest import AWSRequest  # noqa: PLC0415
+
+    if not direct_enabled() or not _eligible(fs):
+        return None
+    await fs.set_session()
+    client = await fs.get_s3(bucket)
+    config = client.meta.config
+    if config.proxies or getattr(config, "client_cert", None):
+        return None
+    signature = config.signature_version
+    if signature not in (None, UNSIGNED, "s3", "s3v4", "v4"):
+        return None
+    params = {"Bucket": bucket, "Key": key}
+    if version:
+        params["VersionId"] = version
+    url: str = await client.generate_presigned_url(
+        "get_object", Params=params, ExpiresIn=URL_EXPIRES
+    )
+    connections = int(config.max_pool_connections or 10)
+    timeouts = (float(config.connect_timeout or 60), float(config.read_timeout or 60))
+    if signature is not UNSIGNED:
+        signer = getattr(client, "_request_signer", None)
+        credentials = getattr(signer, "_credentials", None)
+        region = client.meta.region_name
+        if credentials is None or not region:
+            return None
+        frozen = await credentials.get_frozen_credentials()
+        if not frozen.access_key:
+            return None
+        parts = urlsplit(url)
+        query = [
+            (k, v)
+            for k, v in parse_qsl(parts.query, keep_blank_values=True)
+            if k not in _AUTH_PARAMS
+        ]
+        bare = urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
+        request = AWSRequest(method="GET", url=bare)
+        S3SigV4QueryAuth(frozen, "s3", region, expires=URL_EXPIRES).add_auth(request)
+        url = request.url
+    return SignedUrl(url, time.monotonic(), connections, timeouts, client.meta.events)
+
+
+async def direct_get(
+    signed: SignedUrl,
+    start: int,
+    stop: int,
+    *,
+    if_match: str | None = None,
+    into: memoryview | None = None,
+) -> tuple[str, bytes | memoryview]:
+    """GET bytes ``[start, stop)`` over ``signed``: ``(Content-Range, body)``.
+
+    With ``into`` the body is copied into that view as it arrives and the part filled is
+    returned; a body longer than the view returns ``len(into) + 1`` bytes, so the caller's
+    length check fails.
+
+    Raises
+    ------
+    FileNotFoundError
+        404: the object (version) is gone.
+    RetryableStatus
+        429 or 5xx.
+    PreconditionFailed
+        412: the ``If-Match`` ETag no longer matches.
+    DirectUnusable
+        Any other status that is not data (a redirect, 400, 403, ...).
+    aiohttp.ClientError, asyncio.TimeoutError
+        The connection failed or dropped (retryable).
+    """
+    from botocore.awsrequest import AWSRequest  # noqa: PLC0415 - s3fs's own dependency
+
+    session = await _session(signed)
+    headers = {"Range": f"bytes={start}-{stop - 1}"}
+    if if_match:
+        headers["If-Match"] = if_match
+    request = AWSRequest(method="GET", url=signed.url, headers=headers)
+    answers = await signed.events.emit("before-send.s3.GetObject", request=request)
+    if any(answer is not None for _, answer in answers):
+        raise DirectUnusable("a before-send handler answers S3 requests (a stub or a mock)")
+    try:
+        async with session.get(signed.url, headers=headers) as resp:
+            status = resp.status
+            response = {"status_code": status, "headers": resp.headers, "body": b""}
+            if status in (200, 206):
+                content_range = resp.headers.get("Content-Range", "")
+                data = await resp.read() if into is None else await _stream_into(resp.content, into)
+            else:
+                body = (await resp.read())[:300].decode("utf-8", "replace")
+    except Exception as exc:
+        await _received(signed, None, exc)
+        raise
+    await _received(signed, response, None)
+    if status in (200, 206):
+        return content_range, data
+    if status == 404:
+        raise FileNotFoundError(f"404 from S3: {body}")
+    if status == 412:
+        raise PreconditionFailed(f"412 from S3: {body}")
+    if status in _RETRYABLE:
+        raise RetryableStatus(f"HTTP {status} from S3: {body}")
+    raise DirectUnusable(f"HTTP {status} from S3: {body}")
+
+
+async def _received(
+    signed: SignedUrl, response: dict[str, Any] | None, exc: BaseException | None
+) -> None:
+    """Emit ``response-received.s3.GetObject`` as botocore does after each attempt."""
+    await signed.events.emit(
+        "response-received.s3.GetObject",
+        response_dict=response,
+        parsed_response=None,
+        context={},
+        exception=exc,
+    )
+
+
+async def _stream_into(content: Any, view: memoryview) -> memoryview:
+    filled = 0
+    async for piece in content.iter_any():
+        end = filled + len(piece)
+        if end > view.nbytes:
+            return memoryview(bytes(view.nbytes + 1))
+        view[filled:end] = piece
+        filled = end
+    return view[:filled]
+
+
+# -- one aiohttp session per event loop (fsspec runs one IO loop per process) -------------
+
+_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+_sessions_lock = threading.Lock()
+
+
+async def _session(signed: SignedUrl) -> Any:
+    import aiohttp  # noqa: PLC0415 - aiobotocore's dependency, present with s3fs
+
+    loop = asyncio.get_running_loop()
+    with _sessions_lock:
+        session = _sessions.get(loop)
+        if session is None or session.closed:
+            connect, read = signed.timeouts
+            session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=signed.connections),
+                timeout=aiohttp.ClientTimeout(sock_connect=connect, sock_read=read),
+                auto_decompress=False,
+                trust_env=True,
+                skip_auto_headers=("User-Agent", "Accept-Encoding"),
+            )
+            _sessions[loop] = session
+    return session
+
+
+@atexit.register
+def _close_sessions() -> None:
+    """Close the sessions whose loops still run (no "unclosed session" warnings at exit)."""
+    with _sessions_lock:
+        items = list(_sessions.items())
+        _sessions.clear()
+    for loop, session in items:
+        if loop.is_running() and not loop.is_closed() and not session.closed:
+            future = asyncio.run_coroutine_threadsafe(session.close(), loop)
+            try:
+                future.result(timeout=2)
+            except (TimeoutError, RuntimeError, OSError):  # the loop is going away
+                continue
