@@ -99,3 +99,36 @@ def test_open_npz_is_one_suffix_get(s3: Any, tmp_path: Path, members: int) -> No
     assert reader.size == size
     assert reader.tail == path.read_bytes()[-m.bytes :]
     np.testing.assert_array_equal(z[f"a{members - 1}"].compute(), arrays[f"a{members - 1}"])
+
+
+def test_load_of_a_small_file_is_one_get(s3: Any) -> None:
+    """npystore.load reads the file now: its opening GET asks for 8 MiB, header and data."""
+    arr = np.arange(100_000.0).reshape(1000, 100)
+    data = _npy_bytes(arr)
+    url = s3.put_bytes(data, "small.npy")
+    with s3.counter.measure() as m:
+        got = npystore.load(url, storage_options=s3.storage_options)
+    np.testing.assert_array_equal(got, arr)
+    assert got.flags.writeable
+    assert (m.gets, m.heads, m.bytes) == (1, 0, len(data))
+
+
+def test_load_of_a_larger_file_reads_the_rest_once(s3: Any) -> None:
+    arr = np.random.default_rng(3).random(1_500_000)  # 12 MB: the head, then 1 range
+    data = _npy_bytes(arr)
+    url = s3.put_bytes(data, "larger.npy")
+    with s3.counter.measure() as m:
+        got = npystore.load(url, storage_options=s3.storage_options)
+    np.testing.assert_array_equal(got, arr)
+    assert m.gets == 2
+    assert m.bytes == len(data)  # no byte twice
+    assert sorted(m.ranges) == [(0, 8 * 2**20 - 1), (8 * 2**20, len(data) - 1)]
+
+
+def test_lazy_arrays_never_read_data_from_the_opening_bytes(s3: Any) -> None:
+    arr = np.arange(1000.0)
+    url = s3.put_bytes(_npy_bytes(arr), "lazy.npy")
+    a = npystore.open_npy(url, storage_options=s3.storage_options)
+    with s3.counter.measure() as m:
+        np.testing.assert_array_equal(a.compute(), arr)
+    assert m.gets == 1  # the data, pinned, although it would fit in a head

@@ -30,6 +30,9 @@ __all__ = ["load", "open", "open_npy", "read_header"]
 #: holds exactly the header and no data. Longer headers (structured dtypes) take one more
 #: read of exactly the rest. 128 bytes also hold every magic :func:`sniff` looks for.
 PREFIX_SIZE: Final = 128
+#: Bytes :func:`load` asks for when it opens an S3 object: the header and the first data,
+#: so a file up to this size is read in one request (the whole file is read anyway).
+LOAD_HEAD: Final = 8 * 2**20
 
 StorageOptions = Mapping[str, Any] | None
 
@@ -233,7 +236,9 @@ def load(
     """Read a whole ``.npy`` file into a numpy array, eagerly and in parallel.
 
     The data is read with concurrent range requests (threads with ``preadv`` locally)
-    straight into one preallocated buffer: no per-chunk arrays and no concatenation.
+    straight into one preallocated buffer: no per-chunk arrays and no concatenation. On S3
+    the opening request asks for the first :data:`LOAD_HEAD` bytes (8 MiB) with the
+    object's identity, so a file up to that size is read in one request.
 
     Parameters
     ----------
@@ -259,7 +264,8 @@ def load(
     >>> x.dtype, bool(x.flags.f_contiguous), int(x.trace())
     (dtype('>i2'), True, 3)
     """
-    reader = open_reader(url, storage_options)
+    reader = open_reader(url, storage_options, head=LOAD_HEAD)
+    reader.data_from_head = True  # read now, in this call: the opening bytes are current
     array = open_layout_array(reader, read_prefix(reader), allow_pickle, max_header_size)
     return array.read(parallel=True)
 

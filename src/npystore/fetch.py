@@ -178,6 +178,11 @@ class RangeReader:
         #: memory; :meth:`readinto_many` (array data) always asks the object, so a compute
         #: after the object was replaced fails with ConsistencyError even for tiny files.
         self.head = head
+        #: Whether :meth:`readinto_many` may serve data from :attr:`head` too. Off by
+        #: default (see above); an eager whole-file read made right after open turns it on
+        #: (``npystore.load``): bytes that came in the same response as the identity are
+        #: exactly as current as the identity itself, and a small file costs one request.
+        self.data_from_head = False
         #: The object's last bytes, when the opener asked for them instead (a ZIP archive's
         #: directory is at its end); served like :attr:`head`.
         self.tail = tail
@@ -262,6 +267,10 @@ class RangeReader:
         """
         for start, view in requests:
             self._check_range(start, start + view.nbytes)
+        if self.data_from_head and self.head:
+            requests = self._from_head(requests)
+            if not requests:
+                return
         if self.local:
             if parallel:
                 requests = _split(requests, LOCAL_PART_SIZE)
@@ -275,6 +284,20 @@ class RangeReader:
         datas = self._remote_read(ranges)
         for (_, view), data in zip(split, datas, strict=True):
             view[:] = data
+
+    def _from_head(
+        self, requests: Sequence[tuple[int, memoryview]]
+    ) -> list[tuple[int, memoryview]]:
+        """Fill what :attr:`head` holds of each request; the parts still to read."""
+        n = len(self.head)
+        rest: list[tuple[int, memoryview]] = []
+        for start, view in requests:
+            k = max(0, min(n - start, view.nbytes))
+            if k:
+                view[:k] = self.head[start : start + k]
+            if k < view.nbytes:
+                rest.append((start + k, view[k:]))
+        return rest
 
     # -- local ---------------------------------------------------------------------------
 
