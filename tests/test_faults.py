@@ -122,10 +122,10 @@ def test_a_short_but_complete_response_is_caught_by_the_length_check(s3: Any) ->
             FetchError, match=r"short\.npy: reading bytes \[0, 128\) at open.*got 64"
         ):
             npystore.open_npy(url, storage_options=opts)  # the opening GET
-        with pytest.raises(  # load's opening GET asks for 8 MiB: the whole (80,128 B) file,
+        with pytest.raises(  # load's opening GET asks for 1 MiB: the whole (80,128 B) file,
             # whose checksum botocore validates too (the object's CRC comes with it)
             FetchError,
-            match=r"short\.npy: reading bytes \[0, 8388608\) at open.*(got 40064|checksum)",
+            match=r"short\.npy: reading bytes \[0, 1048576\) at open.*(got 40064|checksum)",
         ):
             npystore.load(url, storage_options=opts)
         fs, path = fsspec.core.url_to_fs(url, **opts)

@@ -12,7 +12,8 @@ import pytest
 
 import npystore
 from npystore.errors import ConsistencyError, FormatError
-from npystore.fetch import open_reader
+from npystore.api import LOAD_HEAD
+from npystore.fetch import REMOTE_PART_SIZE, open_reader
 
 
 def _npy_bytes(arr: np.ndarray) -> bytes:
@@ -102,8 +103,9 @@ def test_open_npz_is_one_suffix_get(s3: Any, tmp_path: Path, members: int) -> No
 
 
 def test_load_of_a_small_file_is_one_get(s3: Any) -> None:
-    """npystore.load reads the file now: its opening GET asks for 8 MiB, header and data."""
+    """npystore.load reads the file now: its opening GET asks for 1 MiB, header and data."""
     arr = np.arange(100_000.0).reshape(1000, 100)
+    assert len(_npy_bytes(arr)) <= LOAD_HEAD
     data = _npy_bytes(arr)
     url = s3.put_bytes(data, "small.npy")
     with s3.counter.measure() as m:
@@ -114,15 +116,15 @@ def test_load_of_a_small_file_is_one_get(s3: Any) -> None:
 
 
 def test_load_of_a_larger_file_reads_the_rest_once(s3: Any) -> None:
-    arr = np.random.default_rng(3).random(1_500_000)  # 12 MB: the head, then 1 range
+    arr = np.random.default_rng(3).random(1_200_000)  # 9.6 MB: the head, then 2 parts
     data = _npy_bytes(arr)
     url = s3.put_bytes(data, "larger.npy")
     with s3.counter.measure() as m:
         got = npystore.load(url, storage_options=s3.storage_options)
     np.testing.assert_array_equal(got, arr)
-    assert m.gets == 2
     assert m.bytes == len(data)  # no byte twice
-    assert sorted(m.ranges) == [(0, 8 * 2**20 - 1), (8 * 2**20, len(data) - 1)]
+    part = LOAD_HEAD + REMOTE_PART_SIZE
+    assert sorted(m.ranges) == [(0, LOAD_HEAD - 1), (LOAD_HEAD, part - 1), (part, len(data) - 1)]
 
 
 def test_lazy_arrays_never_read_data_from_the_opening_bytes(s3: Any) -> None:
