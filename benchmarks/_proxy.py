@@ -11,8 +11,8 @@ process on the client's cores. So response bodies are moved by the kernel (``os.
 from the server's socket into a pipe and on to the client's, no copy into Python) and each
 direction of each connection is one blocking thread. Where ``os.splice`` is missing
 (not Linux), bodies are relayed with ``recv``/``sendall``. Measured on the 2-core bench
-machine: relaying an 86 MB load took 0.09-0.14 CPU-s with the former asyncio relay, about
-0.01 CPU-s spliced.
+machine: relaying one 86 MB MATLAB load took 0.07-0.10 CPU-s with the former asyncio relay,
+0.04-0.07 CPU-s spliced (the rest is the kernel's loopback copies).
 
 Usage: ``python benchmarks/_proxy.py --target 127.0.0.1:PORT --delay 0.03``; prints the
 port it listens on (one line), then serves until terminated.
