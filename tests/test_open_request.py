@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import npystore
-from npystore.errors import ConsistencyError, FormatError
 from npystore.api import LOAD_HEAD
+from npystore.errors import ConsistencyError, FormatError
 from npystore.fetch import REMOTE_PART_SIZE, open_reader
 
 

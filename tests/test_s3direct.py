@@ -237,3 +237,54 @@ def test_pickled_readers_sign_their_own_url(s3: Any, tmp_path: Path) -> None:
     assert clone._signed is None
     assert clone.read_many([(128, 1128)]) == [data[128:1128]]
     assert clone._signed is not None
+
+
+def test_tls_is_verified_with_botocores_certificates(
+    s3: Any, s3_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from botocore.httpsession import get_cert_path
+
+    data = _npy(np.arange(3000.0))
+    url = s3.put_bytes(data, "tls.npy")
+    reader = open_reader(url, s3.storage_options)
+    reader.read_many([(128, 228)])
+    assert reader._signed is not None
+    verify = s3.fs.s3._endpoint.http_session._verify  # what botocore verifies with
+    expected = verify if isinstance(verify, str) else get_cert_path(True)
+    assert reader._signed.ca_bundle == (expected or None)
+
+    import s3fs
+
+    bundle = get_cert_path(True)
+    if bundle is None:
+        pytest.skip("no certificate bundle file to point AWS_CA_BUNDLE at")
+    monkeypatch.setenv("AWS_CA_BUNDLE", bundle)
+    s3fs.S3FileSystem.clear_instance_cache()
+    other = open_reader(url, s3_server.storage_options(anon=False))
+    other.read_many([(128, 228)])
+    assert other._signed is not None
+    assert other._signed.ca_bundle == bundle
+
+
+def test_a_tls_failure_hands_over_to_botocore(s3: Any, s3_server: Any) -> None:
+    """An https URL on a plain-http server fails the TLS handshake: DirectUnusable (the
+    reader then uses botocore), never a retried FetchError."""
+    import asyncio
+
+    from fsspec.asyn import sync
+
+    url = s3.put_bytes(b"x" * 1000, "plain.bin")
+    reader = open_reader(url, s3.storage_options)
+    reader.read_many([(100, 200)])
+    signed = reader._signed
+    assert signed is not None
+    https = signed.url.replace("http://", "https://", 1)
+    broken = s3direct.SignedUrl(
+        https, signed.signed_at, 4, (5.0, 5.0), signed.ca_bundle, signed.events
+    )
+
+    async def get() -> Any:
+        return await asyncio.wait_for(s3direct.direct_get(broken, 0, 10), 30)
+
+    with pytest.raises(s3direct.DirectUnusable, match="TLS"):
+        sync(s3.fs.loop, get)

@@ -18,6 +18,8 @@ its identity), a :class:`~npystore.fetch.RangeReader` reads its ranges over one
   watch requests (metrics, logging, :class:`npystore.testing.RequestCounter`) see it; a
   ``before-send`` handler that answers the request itself (a stub or an in-process mock)
   turns the direct path off, since only botocore can use that answer;
+- TLS is verified with the certificates botocore uses (its ``verify`` setting,
+  ``AWS_CA_BUNDLE``, else certifi's bundle); a TLS failure hands the reader to botocore;
 - the session does not decompress (``Content-Encoding`` bodies are returned as stored, as
   botocore does), honours proxy environment variables like botocore, and holds as many
   connections as the client's ``max_pool_connections``.
@@ -37,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import ssl
 import threading
 import time
 import weakref
@@ -114,6 +117,9 @@ class SignedUrl:
         Most connections to keep open (the client's ``max_pool_connections``).
     timeouts : tuple of float
         ``(connect, read)`` seconds, the client's.
+    ca_bundle : str or None
+        The certificates the client verifies TLS with (botocore's: ``AWS_CA_BUNDLE``, a
+        ``verify`` path, or certifi's bundle); None for the system's.
     events : object
         The client's event emitter (``client.meta.events``).
     """
@@ -122,6 +128,7 @@ class SignedUrl:
     signed_at: float
     connections: int
     timeouts: tuple[float, float]
+    ca_bundle: str | None
     events: Any = field(compare=False, repr=False)
 
     def fresh(self) -> bool:
@@ -149,6 +156,7 @@ async def direct_url(fs: Any, bucket: str, key: str, version: str | None) -> Sig
     from botocore import UNSIGNED  # noqa: PLC0415 - s3fs's own dependency
     from botocore.auth import S3SigV4QueryAuth  # noqa: PLC0415
     from botocore.awsrequest import AWSRequest  # noqa: PLC0415
+    from botocore.httpsession import get_cert_path  # noqa: PLC0415
 
     if not direct_enabled() or not _eligible(fs):
         return None
@@ -166,6 +174,12 @@ async def direct_url(fs: Any, bucket: str, key: str, version: str | None) -> Sig
     url: str = await client.generate_presigned_url(
         "get_object", Params=params, ExpiresIn=URL_EXPIRES
     )
+    verify = getattr(
+        getattr(getattr(client, "_endpoint", None), "http_session", None), "_verify", True
+    )
+    if verify is False:
+        return None  # unverified TLS stays botocore's business
+    ca_bundle = verify if isinstance(verify, str) else get_cert_path(True)
     connections = int(config.max_pool_connections or 10)
     timeouts = (float(config.connect_timeout or 60), float(config.read_timeout or 60))
     if signature is not UNSIGNED:
@@ -187,7 +201,9 @@ async def direct_url(fs: Any, bucket: str, key: str, version: str | None) -> Sig
         request = AWSRequest(method="GET", url=bare)
         S3SigV4QueryAuth(frozen, "s3", region, expires=URL_EXPIRES).add_auth(request)
         url = request.url
-    return SignedUrl(url, time.monotonic(), connections, timeouts, client.meta.events)
+    return SignedUrl(
+        url, time.monotonic(), connections, timeouts, ca_bundle or None, client.meta.events
+    )
 
 
 async def direct_get(
@@ -217,6 +233,7 @@ async def direct_get(
     aiohttp.ClientError, asyncio.TimeoutError
         The connection failed or dropped (retryable).
     """
+    import aiohttp  # noqa: PLC0415 - aiobotocore's dependency, present with s3fs
     from botocore.awsrequest import AWSRequest  # noqa: PLC0415 - s3fs's own dependency
 
     session = await _session(signed)
@@ -238,6 +255,8 @@ async def direct_get(
                 body = (await resp.read())[:300].decode("utf-8", "replace")
     except Exception as exc:
         await _received(signed, None, exc)
+        if isinstance(exc, (ssl.SSLError, aiohttp.ClientSSLError)):
+            raise DirectUnusable(f"TLS failed on the direct path: {exc}") from exc
         raise
     await _received(signed, response, None)
     if status in (200, 206):
@@ -277,26 +296,36 @@ async def _stream_into(content: Any, view: memoryview) -> memoryview:
 
 # -- one aiohttp session per event loop (fsspec runs one IO loop per process) -------------
 
-_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str | None, Any]] = (
+    weakref.WeakKeyDictionary()
+)
 _sessions_lock = threading.Lock()
 
 
 async def _session(signed: SignedUrl) -> Any:
+    """The session of the running loop for ``signed``'s TLS settings (made on first use)."""
     import aiohttp  # noqa: PLC0415 - aiobotocore's dependency, present with s3fs
 
     loop = asyncio.get_running_loop()
     with _sessions_lock:
-        session = _sessions.get(loop)
+        session = _sessions.setdefault(loop, {}).get(signed.ca_bundle)
+    if session is not None and not session.closed:
+        return session
+    # reading the certificates is file IO: off the loop, as aiobotocore does
+    context = await asyncio.to_thread(ssl.create_default_context, cafile=signed.ca_bundle)
+    with _sessions_lock:
+        by_ca = _sessions.setdefault(loop, {})
+        session = by_ca.get(signed.ca_bundle)
         if session is None or session.closed:
             connect, read = signed.timeouts
             session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=signed.connections),
+                connector=aiohttp.TCPConnector(limit=signed.connections, ssl=context),
                 timeout=aiohttp.ClientTimeout(sock_connect=connect, sock_read=read),
                 auto_decompress=False,
                 trust_env=True,
                 skip_auto_headers=("User-Agent", "Accept-Encoding"),
             )
-            _sessions[loop] = session
+            by_ca[signed.ca_bundle] = session
     return session
 
 
@@ -304,7 +333,7 @@ async def _session(signed: SignedUrl) -> Any:
 def _close_sessions() -> None:
     """Close the sessions whose loops still run (no "unclosed session" warnings at exit)."""
     with _sessions_lock:
-        items = list(_sessions.items())
+        items = [(loop, session) for loop, d in _sessions.items() for session in d.values()]
         _sessions.clear()
     for loop, session in items:
         if loop.is_running() and not loop.is_closed() and not session.closed:
