@@ -278,7 +278,12 @@ def _check_full_pass(
 
 
 #: Most output produced by one decompress call (bounds memory on highly compressible data).
-_OUTPUT_CAP: Final = 64 * 2**20
+_OUTPUT_CAP: Final = 4 * 2**20
+#: Compressed bytes given to one decompress call. Small slices keep each call's output
+#: small (about 1 MiB for numpy data), so it comes from the heap and is copied on while it
+#: is still in cache, and a call that stops at the output cap leaves at most this much
+#: unconsumed input (which the decompressor copies). See :func:`_stream`.
+_INPUT_SLICE: Final = 256 * 2**10
 
 
 def _compressed_pieces(
@@ -321,31 +326,33 @@ def _stream(
     crc = 0
     adler = 1
     for piece in _compressed_pieces(reader, member, None if whole else want):
-        data = piece
-        while data:
-            # one byte more than the declared size reveals a stream that inflates to more
-            limit = min(_OUTPUT_CAP, (size if whole else want) - produced + 1)
-            try:
-                chunk = d.decompress(data, limit)
-            except deflate.INFLATE_ERRORS as exc:
-                raise FormatError(f"{source}: corrupt deflate data: {exc}") from None
-            data = d.unconsumed_tail
-            if produced + len(chunk) > size:
-                raise FormatError(
-                    f"{source}: inflates to more than the {size} bytes the ZIP directory says"
-                )
-            lo, hi = max(produced, skip), min(produced + len(chunk), want)
-            if hi > lo:
-                out[lo - skip : hi - skip] = memoryview(chunk)[lo - produced : hi - produced]
-            if whole and member.crc32 is not None:
-                crc = deflate.crc32(chunk, crc)
-            if whole and member.adler32 is not None:
-                adler = zlib.adler32(chunk, adler)
-            produced += len(chunk)
-            if not whole and produced >= want:
-                return None
-            if not chunk:
-                break
+        view = memoryview(piece)
+        for at in range(0, len(view), _INPUT_SLICE):
+            data: bytes | memoryview = view[at : at + _INPUT_SLICE]
+            while data:
+                # one byte more than the declared size reveals a stream that inflates to more
+                limit = min(_OUTPUT_CAP, (size if whole else want) - produced + 1)
+                try:
+                    chunk = d.decompress(data, limit)
+                except deflate.INFLATE_ERRORS as exc:
+                    raise FormatError(f"{source}: corrupt deflate data: {exc}") from None
+                data = d.unconsumed_tail
+                if produced + len(chunk) > size:
+                    raise FormatError(
+                        f"{source}: inflates to more than the {size} bytes the ZIP directory says"
+                    )
+                lo, hi = max(produced, skip), min(produced + len(chunk), want)
+                if hi > lo:
+                    out[lo - skip : hi - skip] = memoryview(chunk)[lo - produced : hi - produced]
+                if whole and member.crc32 is not None:
+                    crc = deflate.crc32(chunk, crc)
+                if whole and member.adler32 is not None:
+                    adler = zlib.adler32(chunk, adler)
+                produced += len(chunk)
+                if not whole and produced >= want:
+                    return None
+                if not chunk:
+                    break
     if produced < want:
         raise FormatError(f"{source}: deflate stream ended after {produced} bytes, expected {want}")
     return crc, adler
