@@ -59,6 +59,8 @@ FIRST_READAHEAD: Final = 64 * 2**10
 DEFAULT_BLOCK_SIZE: Final = 8 * 2**20
 #: Output inflated per decompress call (bounds the memory of skipping ahead).
 _OUTPUT_PIECE: Final = 4 * 2**20
+#: Compressed bytes given to one decompress call (see ``npystore.inflate._INPUT_SLICE``).
+_INPUT_SLICE: Final = 256 * 2**10
 _START: Final = Checkpoint(0, 0, b"")
 
 
@@ -361,7 +363,9 @@ class _Inflater:
         self._out = checkpoint.out_offset  # output bytes produced so far
         self._next = checkpoint.bit_offset // 8  # next compressed byte to fetch
         self._shift = checkpoint.bit_offset % 8
-        self._pending: bytes = b""
+        self._input = memoryview(b"")  # the compressed piece fetched last
+        self._at = 0  # how much of it went to the decompressor
+        self._pending: bytes | memoryview = b""  # what the decompressor has yet to take
         self._piece = FIRST_READAHEAD
         whole = checkpoint.out_offset == 0 and self._member.crc32 is not None
         self._crc: int | None = 0 if whole else None
@@ -388,15 +392,20 @@ class _Inflater:
             chunk = self._inflate(min(_OUTPUT_PIECE, stop - self._out))
             lo, hi = max(self._out, start), min(self._out + len(chunk), stop)
             if hi > lo:
-                out[lo - start : hi - start] = chunk[lo - self._out : hi - self._out]
+                out[lo - start : hi - start] = memoryview(chunk)[lo - self._out : hi - self._out]
             self._out += len(chunk)
         return bytes(out)
 
     def _inflate(self, limit: int) -> bytes:
         """The next output bytes (at most ``limit``, at least one)."""
         while True:  # with no input left, an empty input flushes output zlib held back
-            if not self._pending and self._next < self._member.compressed_size:
-                self._pending = self._fetch()
+            if not self._pending:
+                if self._at >= len(self._input) and self._next < self._member.compressed_size:
+                    self._input, self._at = memoryview(self._fetch()), 0
+                # small slices: the output of a call stays small (heap, cache) and a call
+                # that stops at ``limit`` leaves little input for the decompressor to copy
+                self._pending = self._input[self._at : self._at + _INPUT_SLICE]
+                self._at += len(self._pending)
             fed = len(self._pending)
             try:
                 chunk: bytes = self._d.decompress(self._pending, limit)
@@ -408,7 +417,11 @@ class _Inflater:
             if chunk:
                 self._check(chunk)
                 return chunk
-            more = bool(self._pending) or self._next < self._member.compressed_size
+            more = (
+                bool(self._pending)
+                or self._at < len(self._input)
+                or self._next < self._member.compressed_size
+            )
             if self._d.eof or not more:
                 raise FormatError(
                     f"{self._source}: the deflate stream ends after {self._out} bytes, "
