@@ -134,3 +134,35 @@ def test_lazy_arrays_never_read_data_from_the_opening_bytes(s3: Any) -> None:
     with s3.counter.measure() as m:
         np.testing.assert_array_equal(a.compute(), arr)
     assert m.gets == 1  # the data, pinned, although it would fit in a head
+
+
+@pytest.mark.parametrize("size", [3000, 600_000])
+def test_a_refused_suffix_range_is_asked_again_as_a_prefix(
+    s3: Any, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    """S3 answers a suffix longer than the object with the whole object; rclone and others
+    refuse it (416). The open then asks for a prefix of the same length: all of a smaller
+    object (which is its tail), else a bounded prefix that serves as no tail."""
+    from botocore.exceptions import ClientError
+
+    from npystore import fetch
+
+    data = np.random.default_rng(1).integers(0, 255, size, dtype=np.uint8).tobytes()
+    url = s3.put_bytes(data, "small.bin")
+    real = fetch._get_object
+    asked: list[str] = []
+
+    async def refusing(fs: Any, bucket: str, key: str, byte_range: str, *a: Any, **k: Any) -> Any:
+        asked.append(byte_range)
+        if byte_range.startswith("bytes=-"):  # as rclone does for any suffix past the start
+            raise ClientError({"Error": {"Code": "InvalidRange"}}, "GetObject")
+        return await real(fs, bucket, key, byte_range, *a, **k)
+
+    monkeypatch.setattr(fetch, "_get_object", refusing)
+    with s3.counter.measure() as m:
+        reader = open_reader(url, s3.storage_options, tail=262_144)
+    assert asked == ["bytes=-262144", "bytes=0-262143"]
+    assert (m.gets, m.heads) == (1, 0)  # the refused one never left (this test's server)
+    assert reader.size == size
+    assert reader.tail == (data if size <= 262_144 else b"")
+    assert reader.read_many([(size - 100, size)]) == [data[-100:]]

@@ -722,6 +722,7 @@ def _s3_open(fs: Any, path: str, name: str, count: int) -> tuple[ObjectIdentity,
     bucket, key, version = fs.split_path(path)
     pin = {"VersionId": version} if version else {}
     wanted = f"bytes=0-{count - 1}" if count > 0 else f"bytes={count}"
+    asked = count  # > 0: a prefix of that many bytes, < 0: a suffix
     span = f"[0, {count})" if count > 0 else f"the last {-count}"
 
     async def get() -> tuple[dict[str, Any], bytes]:
@@ -736,17 +737,26 @@ def _s3_open(fs: Any, path: str, name: str, count: int) -> tuple[ObjectIdentity,
             raise
         except Exception as exc:  # retried like any range read; FetchError after the budget
             code = _error_code(exc)
+            if code in ("InvalidRange", "416") and asked < 0:
+                # S3 answers a suffix longer than the object with all of it; some servers
+                # (rclone, ...) refuse it instead. Ask for a prefix of the same length: all
+                # of a smaller object (the tail wanted), else only a bounded prefix
+                asked = -count
+                wanted = f"bytes=0-{asked - 1}"
+                continue
             if code in ("InvalidRange", "416"):  # an empty object: no range is satisfiable
                 return ObjectIdentity.from_info(name, fs.info(path)), b""
             if code in ("AccessDenied", "403", "NoSuchBucket", "NoSuchKey", "404"):
                 raise
             problem = exc
         else:
-            got = _opening_bytes(resp, data, count)
+            got = _opening_bytes(resp, data, asked)
             if isinstance(got, str):
                 problem = got
             else:
                 size, part = got
+                if asked != count and len(part) < size:  # a prefix, not the tail: no tail
+                    part = b""
                 info = {
                     "size": size,
                     "ETag": resp.get("ETag"),
