@@ -721,11 +721,11 @@ def _s3_open(fs: Any, path: str, name: str, count: int) -> tuple[ObjectIdentity,
 
     bucket, key, version = fs.split_path(path)
     pin = {"VersionId": version} if version else {}
-    wanted = f"bytes=0-{count - 1}" if count > 0 else f"bytes={count}"
     asked = count  # > 0: a prefix of that many bytes, < 0: a suffix
     span = f"[0, {count})" if count > 0 else f"the last {-count}"
 
     async def get() -> tuple[dict[str, Any], bytes]:
+        wanted = f"bytes=0-{asked - 1}" if asked > 0 else f"bytes={asked}"
         resp, data = await _get_object(fs, bucket, key, wanted, pin)
         return resp, bytes(data)  # already bytes (no ``into``): no copy
 
@@ -742,7 +742,6 @@ def _s3_open(fs: Any, path: str, name: str, count: int) -> tuple[ObjectIdentity,
                 # (rclone, ...) refuse it instead. Ask for a prefix of the same length: all
                 # of a smaller object (the tail wanted), else only a bounded prefix
                 asked = -count
-                wanted = f"bytes=0-{asked - 1}"
                 continue
             if code in ("InvalidRange", "416"):  # an empty object: no range is satisfiable
                 return ObjectIdentity.from_info(name, fs.info(path)), b""

@@ -279,11 +279,11 @@ def _check_full_pass(
 
 #: Most output produced by one decompress call (bounds memory on highly compressible data).
 _OUTPUT_CAP: Final = 4 * 2**20
-#: Compressed bytes given to one decompress call. Small slices keep each call's output
-#: small (about 1 MiB for numpy data), so it comes from the heap and is copied on while it
-#: is still in cache, and a call that stops at the output cap leaves at most this much
-#: unconsumed input (which the decompressor copies). See :func:`_stream`.
-_INPUT_SLICE: Final = 256 * 2**10
+#: Compressed bytes given to one decompress call (here and in ``npz://`` files). Small slices
+#: keep each call's output small (about 1 MiB for numpy data), so it comes from the heap and
+#: is copied on while it is still in cache, and a call that stops at the output cap leaves
+#: at most this much unconsumed input (which the decompressor copies).
+INPUT_SLICE: Final = 256 * 2**10
 
 
 def _compressed_pieces(
@@ -308,6 +308,14 @@ def _compressed_pieces(
         piece = min(STREAM_BLOCK, 2 * piece)
 
 
+def _sliced(pieces: Iterator[bytes]) -> Iterator[memoryview]:
+    """The pieces cut into :data:`INPUT_SLICE` views (no copies)."""
+    for piece in pieces:
+        view = memoryview(piece)
+        for at in range(0, len(view), INPUT_SLICE):
+            yield view[at : at + INPUT_SLICE]
+
+
 def _stream(
     reader: RangeReader, member: DeflatedMember, out: memoryview, skip: int
 ) -> tuple[int, int] | None:
@@ -325,34 +333,32 @@ def _stream(
     produced = 0
     crc = 0
     adler = 1
-    for piece in _compressed_pieces(reader, member, None if whole else want):
-        view = memoryview(piece)
-        for at in range(0, len(view), _INPUT_SLICE):
-            data: bytes | memoryview = view[at : at + _INPUT_SLICE]
-            while data:
-                # one byte more than the declared size reveals a stream that inflates to more
-                limit = min(_OUTPUT_CAP, (size if whole else want) - produced + 1)
-                try:
-                    chunk = d.decompress(data, limit)
-                except deflate.INFLATE_ERRORS as exc:
-                    raise FormatError(f"{source}: corrupt deflate data: {exc}") from None
-                data = d.unconsumed_tail
-                if produced + len(chunk) > size:
-                    raise FormatError(
-                        f"{source}: inflates to more than the {size} bytes the ZIP directory says"
-                    )
-                lo, hi = max(produced, skip), min(produced + len(chunk), want)
-                if hi > lo:
-                    out[lo - skip : hi - skip] = memoryview(chunk)[lo - produced : hi - produced]
-                if whole and member.crc32 is not None:
-                    crc = deflate.crc32(chunk, crc)
-                if whole and member.adler32 is not None:
-                    adler = zlib.adler32(chunk, adler)
-                produced += len(chunk)
-                if not whole and produced >= want:
-                    return None
-                if not chunk:
-                    break
+    for piece in _sliced(_compressed_pieces(reader, member, None if whole else want)):
+        data: bytes | memoryview = piece
+        while data:
+            # one byte more than the declared size reveals a stream that inflates to more
+            limit = min(_OUTPUT_CAP, (size if whole else want) - produced + 1)
+            try:
+                chunk = d.decompress(data, limit)
+            except deflate.INFLATE_ERRORS as exc:
+                raise FormatError(f"{source}: corrupt deflate data: {exc}") from None
+            data = d.unconsumed_tail
+            if produced + len(chunk) > size:
+                raise FormatError(
+                    f"{source}: inflates to more than the {size} bytes the ZIP directory says"
+                )
+            lo, hi = max(produced, skip), min(produced + len(chunk), want)
+            if hi > lo:
+                out[lo - skip : hi - skip] = memoryview(chunk)[lo - produced : hi - produced]
+            if whole and member.crc32 is not None:
+                crc = deflate.crc32(chunk, crc)
+            if whole and member.adler32 is not None:
+                adler = zlib.adler32(chunk, adler)
+            produced += len(chunk)
+            if not whole and produced >= want:
+                return None
+            if not chunk:
+                break
     if produced < want:
         raise FormatError(f"{source}: deflate stream ended after {produced} bytes, expected {want}")
     return crc, adler

@@ -47,7 +47,7 @@ from npystore.errors import FormatError
 from npystore.fetch import RangeReader, open_reader, read_cache_file
 from npystore.formats import deflate
 from npystore.formats.deflate import Checkpoint, DeflateIndex
-from npystore.inflate import STREAM_BLOCK, build_or_load_index, index_cache_path
+from npystore.inflate import INPUT_SLICE, STREAM_BLOCK, build_or_load_index, index_cache_path
 from npystore.layout import DeflatedMember, IndexSlot
 
 __all__ = ["DeflatedMemberFile", "NpzFileSystem", "StoredMemberFile", "register_protocol"]
@@ -59,8 +59,6 @@ FIRST_READAHEAD: Final = 64 * 2**10
 DEFAULT_BLOCK_SIZE: Final = 8 * 2**20
 #: Output inflated per decompress call (bounds the memory of skipping ahead).
 _OUTPUT_PIECE: Final = 4 * 2**20
-#: Compressed bytes given to one decompress call (see ``npystore.inflate._INPUT_SLICE``).
-_INPUT_SLICE: Final = 256 * 2**10
 _START: Final = Checkpoint(0, 0, b"")
 
 
@@ -404,7 +402,7 @@ class _Inflater:
                     self._input, self._at = memoryview(self._fetch()), 0
                 # small slices: the output of a call stays small (heap, cache) and a call
                 # that stops at ``limit`` leaves little input for the decompressor to copy
-                self._pending = self._input[self._at : self._at + _INPUT_SLICE]
+                self._pending = self._input[self._at : self._at + INPUT_SLICE]
                 self._at += len(self._pending)
             fed = len(self._pending)
             try:
