@@ -1,4 +1,4 @@
-"""The import rules that keep the layers apart (see DESIGN.md, "Layers").
+"""The import rules that keep the layers apart (docs/architecture.md).
 
 - ``formats/`` is pure (no fsspec/dask/zarr/IO): stdlib, numpy, codecs (isal, zlib_ng),
   scipy.sparse (lazily, for MATLAB sparse values) and npystore's errors/formats.
