@@ -9,7 +9,11 @@ as lazy dask arrays; only the bytes a computation needs are read.
 array([3, 4, 5], dtype='>u2')
 """
 
-from npystore.api import load, open, open_npy, read_header, sniff
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from npystore.errors import (
     ConsistencyError,
     FetchError,
@@ -17,21 +21,51 @@ from npystore.errors import (
     NpystoreError,
     UnsupportedError,
 )
-from npystore.formats.npy import NpyHeader
-from npystore.matfile import MatFile, open_mat
-from npystore.mattree import MatInfo, MatlabObject, MatStruct
-from npystore.npz import NpzFile, open_npz
-from npystore.npzfs import register_protocol as _register_npz_protocol
-from npystore.stores import open_store, to_kerchunk
 
-try:  # register npystore's Zarr data types with zarr (zarr does not load entry points itself)
-    import zarr as _zarr  # noqa: F401
-except ImportError:  # pragma: no cover - zarr is optional
-    pass
-else:
-    from npystore.faces import dtypes as _dtypes  # noqa: F401
+if TYPE_CHECKING:
+    from npystore.api import load, open, open_npy, read_header, sniff
+    from npystore.formats.npy import NpyHeader
+    from npystore.matfile import MatFile, open_mat
+    from npystore.mattree import MatInfo, MatlabObject, MatStruct
+    from npystore.npz import NpzFile, open_npz
+    from npystore.stores import open_store, to_kerchunk
 
-_register_npz_protocol()  # npz:// for fsspec (also an fsspec.specs entry point)
+#: Public names and the module each lives in: imported on first use, so that
+#: ``import npystore`` costs little more than ``import numpy`` (dask, fsspec, zarr, h5py and
+#: scipy load when a function that needs them is called). ``npz://`` reaches fsspec through
+#: the ``fsspec.specs`` entry point and npystore's Zarr data types reach zarr through the
+#: ``zarr.data_type`` entry point, so neither needs an import here.
+_LAZY: dict[str, str] = {
+    "load": "npystore.api",
+    "open": "npystore.api",
+    "open_npy": "npystore.api",
+    "read_header": "npystore.api",
+    "sniff": "npystore.api",
+    "NpyHeader": "npystore.formats.npy",
+    "MatFile": "npystore.matfile",
+    "open_mat": "npystore.matfile",
+    "MatInfo": "npystore.mattree",
+    "MatlabObject": "npystore.mattree",
+    "MatStruct": "npystore.mattree",
+    "NpzFile": "npystore.npz",
+    "open_npz": "npystore.npz",
+    "open_store": "npystore.stores",
+    "to_kerchunk": "npystore.stores",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'npystore' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __version__ = "0.1.0"
 

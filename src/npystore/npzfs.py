@@ -65,8 +65,8 @@ _START: Final = Checkpoint(0, 0, b"")
 def register_protocol() -> None:
     """Register ``npz://`` with fsspec, unless another implementation holds the name.
 
-    ``import npystore`` calls it; the ``fsspec.specs`` entry point registers the same class
-    for processes that never import npystore.
+    The ``fsspec.specs`` entry point registers the same class whenever fsspec is imported;
+    this is for an environment where npystore's entry points are not installed.
     """
     target = "npystore.npzfs.NpzFileSystem"
     current = known_implementations.get(PROTOCOL, {}).get("class")

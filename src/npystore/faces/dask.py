@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import dask
-import dask.array as da
 import numpy as np
-from dask.base import tokenize
-from dask.utils import parse_bytes
 
 from npystore.access import LayoutArray
 from npystore.errors import UnsupportedError
@@ -29,6 +25,9 @@ from npystore.layout import (
     contiguous_chunks,
     storage_token,
 )
+
+if TYPE_CHECKING:  # dask.array is imported when a graph is built, not with npystore
+    import dask.array as da
 
 __all__ = [
     "DEFAULT_MAX_CHUNKS",
@@ -60,17 +59,24 @@ def normalize_layout_chunks(array: LayoutArray, chunks: ChunksSpec) -> tuple[tup
     native = native_chunks(layout)
     if native is not None:
         # chunks made of whole stored chunks: each stored chunk is fetched and decoded once
-        aligned: tuple[tuple[int, ...], ...] = da.core.normalize_chunks(  # type: ignore[no-untyped-call]
+        from dask.array.core import normalize_chunks  # noqa: PLC0415 - keeps import light
+
+        aligned: tuple[tuple[int, ...], ...] = normalize_chunks(  # type: ignore[no-untyped-call]
             chunks, layout.shape, dtype=layout.dtype, previous_chunks=native
         )
         return aligned
     if isinstance(chunks, str) and chunks == "auto":
+        import dask  # noqa: PLC0415 - keeps `import npystore` light
+        from dask.utils import parse_bytes  # noqa: PLC0415
+
         target = parse_bytes(dask.config.get("array.chunk-size"))
         if isinstance(_base_storage(layout), DeflatedExtent):
             # each chunk inflates into a temporary buffer: keep memory per task bounded
             target = min(target, DEFLATED_CHUNK_TARGET)
         return contiguous_chunks(layout.shape, layout.dtype.itemsize, layout.order, target)
-    normalized: tuple[tuple[int, ...], ...] = da.core.normalize_chunks(  # type: ignore[no-untyped-call]
+    from dask.array.core import normalize_chunks  # noqa: PLC0415 - keeps import light
+
+    normalized: tuple[tuple[int, ...], ...] = normalize_chunks(  # type: ignore[no-untyped-call]
         chunks, layout.shape, dtype=layout.dtype
     )
     return normalized
@@ -130,6 +136,9 @@ def to_dask(
         check_chunk_count(array, chunks, least, max_chunks, exact=exact)
     normalized = normalize_layout_chunks(array, chunks)
     check_chunk_count(array, chunks, math.prod(len(c) for c in normalized), max_chunks, exact=True)
+    import dask.array as da  # noqa: PLC0415 - keeps `import npystore` light
+    from dask.base import tokenize  # noqa: PLC0415
+
     layout = array.layout
     token = tokenize(
         "npystore-v1",

@@ -1,0 +1,61 @@
+"""``import npystore`` and ``npystore info`` stay light: the heavy libraries (dask, zarr,
+scipy, h5py, xarray, aiohttp) load only when a call needs them. Times live in benchmarks/."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HEAVY = ("dask", "zarr", "scipy", "h5py", "xarray", "aiohttp", "pandas", "s3fs", "botocore")
+
+
+def _loaded_after(code: str) -> list[str]:
+    probe = f"{code}\nimport sys\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules))\n"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return out.stdout.split("\n")[-2].split()
+
+
+def test_import_npystore_loads_no_heavy_library() -> None:
+    assert _loaded_after("import npystore") == []
+    # nor fsspec: a bare import reads no file
+    probe = "import sys, npystore\nprint('fsspec' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_public_names_resolve_lazily() -> None:
+    import npystore
+
+    for name in npystore.__all__:
+        assert getattr(npystore, name) is not None, name
+    assert set(npystore.__all__) <= set(dir(npystore))
+    code = (
+        "import npystore\n"
+        "try:\n    npystore.no_such_name\n"
+        "except AttributeError as e:\n    print(e)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "no attribute 'no_such_name'" in out.stdout
+
+
+def test_info_of_small_files_loads_no_heavy_library(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.arange(10))
+    np.savez(tmp_path / "b.npz", x=np.arange(3), y=np.ones((2, 2)))
+    for name in ("a.npy", "b.npz"):
+        code = (
+            "import contextlib, io\n"
+            "from npystore.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    rc = main(['info', {str(tmp_path / name)!r}])\n"
+            "assert rc in (0, None), rc\n"
+        )
+        assert _loaded_after(code) == [], name
+
+
+def test_open_npy_loads_dask_when_called(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.arange(10))
+    code = f"import npystore\nprint(npystore.open_npy({str(tmp_path / 'a.npy')!r}).sum().compute())"
+    assert "dask" in _loaded_after(code)
