@@ -2,8 +2,10 @@
 
 Every error npystore raises on purpose derives from :class:`NpystoreError`. Malformed input is a
 :class:`FormatError` (also a :class:`ValueError`); valid input that npystore does not handle is an
-:class:`UnsupportedError` (also a :class:`NotImplementedError`, so generic callers that catch the
-standard types keep working). Messages name the URL or member, what arrived and what was expected.
+:class:`UnsupportedError` (also a :class:`NotImplementedError` and, as :func:`numpy.load` raises
+:class:`ValueError` for an unsupported format version or a refused pickle, a
+:class:`ValueError`: code written against numpy's exceptions keeps working). Messages name the
+URL or member, what arrived and what was expected.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ class FormatError(NpystoreError, ValueError):
     """The bytes are not a well-formed file of the expected format (truncated, garbage, hostile)."""
 
 
-class UnsupportedError(NpystoreError, NotImplementedError):
+class UnsupportedError(NpystoreError, NotImplementedError, ValueError):
     """The file is well formed, but npystore does not (yet) handle what it holds."""
 
 
