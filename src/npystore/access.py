@@ -32,6 +32,7 @@ from npystore.layout import (
     Piece,
     RawExtent,
     ReadPlan,
+    Unpickle,
     full_selection,
     plan_reads,
 )
@@ -323,8 +324,9 @@ def _load_pickled(reader: RangeReader, layout: ArrayLayout) -> np.ndarray[Any, A
         data = reader.read(storage.offset, storage.offset + storage.nbytes)
     else:
         raise TypeError(f"object arrays are never stored as {type(storage).__name__}")
+    options = layout.unpickle or Unpickle()
     try:
-        value = pickle.loads(data)
+        value = pickle.loads(data, encoding=options.encoding, fix_imports=options.fix_imports)
     except Exception as exc:
         raise FormatError(
             f"{reader.url}: the pickled object array could not be unpickled: {exc!r}"
@@ -405,7 +407,11 @@ class LayoutArray:
         selection, post = normalize_key(key, self.shape)
         if self.layout.dtype.hasobject:
             whole = _load_pickled(self.reader, self.layout)
-            return np.asarray(whole[_as_index(selection)][(*post, Ellipsis)])
+            # index with a trailing Ellipsis: a 0-d object array stays an array (``a[()]``
+            # would return the object it holds: a dict, a list, a sparse matrix, an ndarray)
+            index: tuple[Any, ...] = (*_as_index(selection), Ellipsis)
+            picked: np.ndarray[Any, Any] = whole[index][(*post, Ellipsis)]
+            return picked
         result = read_selection(self.reader, self.layout, selection)
         return np.asarray(result[(*post, Ellipsis)])
 

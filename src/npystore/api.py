@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from npystore.errors import FormatError, UnsupportedError
 from npystore.faces.dask import DEFAULT_MAX_CHUNKS, to_dask
 from npystore.fetch import RangeReader, open_reader
 from npystore.formats import npy
-from npystore.layout import ArrayLayout, Order, PickledExtent, RawExtent
+from npystore.layout import ArrayLayout, Order, PickledExtent, RawExtent, Unpickle
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -83,13 +83,15 @@ def header_from_prefix(reader: RangeReader, prefix: bytes, max_header_size: int)
     return header
 
 
-def _layout(reader: RangeReader, header: npy.NpyHeader, allow_pickle: bool) -> ArrayLayout:
+def _layout(
+    reader: RangeReader, header: npy.NpyHeader, allow_pickle: bool, unpickle: Unpickle
+) -> ArrayLayout:
     order: Order = "F" if header.fortran_order else "C"
     if header.is_pickled:
         if not allow_pickle:
             raise npy.pickle_refused(reader.url, header.dtype)
         extent = PickledExtent(header.data_offset, reader.size - header.data_offset)
-        return ArrayLayout(header.dtype, header.shape, order, extent)
+        return ArrayLayout(header.dtype, header.shape, order, extent, unpickle)
     return ArrayLayout(
         header.dtype, header.shape, order, RawExtent(header.data_offset, header.nbytes)
     )
@@ -140,13 +142,17 @@ def read_header(
 
 
 def open_layout_array(
-    reader: RangeReader, prefix: bytes, allow_pickle: bool, max_header_size: int
+    reader: RangeReader,
+    prefix: bytes,
+    allow_pickle: bool,
+    max_header_size: int,
+    unpickle: Unpickle = Unpickle(),  # noqa: B008 - frozen
 ) -> LayoutArray:
     """The ``.npy`` file behind ``reader`` as a lazy :class:`~npystore.access.LayoutArray`,
     its header parsed from ``prefix`` (read exactly to its end if it is longer); for the
     package's tools (Zarr store, xarray backend), which need the layout, not a dask array."""
     header = header_from_prefix(reader, prefix, max_header_size)
-    return LayoutArray(reader, _layout(reader, header, allow_pickle))
+    return LayoutArray(reader, _layout(reader, header, allow_pickle, unpickle))
 
 
 def open_npy(
@@ -157,6 +163,10 @@ def open_npy(
     allow_pickle: bool = False,
     max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
     max_chunks: int = DEFAULT_MAX_CHUNKS,
+    fix_imports: bool = True,
+    encoding: str = "ASCII",
+    name: str | bool | None = None,
+    inline_array: bool = False,
 ) -> da.Array:
     """Open an ``.npy`` file as a lazy dask array; no data is read until chunks compute.
 
@@ -178,6 +188,16 @@ def open_npy(
     max_chunks : int
         Most chunks (one dask task each) the array may have (default 1,000,000), checked
         before the graph is built; integer ``chunks`` are counted without expanding them.
+    fix_imports, encoding
+        How object arrays are unpickled, as :func:`numpy.load` takes them
+        (``encoding="latin1"`` reads Python 2 pickles of numpy arrays).
+    name : str, bool or None
+        The dask name, as :func:`dask.array.from_array` takes it: ``None`` (default) derives
+        it from the object's identity and the chunks, a string is used as it is, ``False``
+        makes a random one.
+    inline_array : bool
+        Embed the (small, picklable) reader in every task instead of once in the graph, as
+        :func:`dask.array.from_array` does.
 
     Returns
     -------
@@ -213,6 +233,10 @@ def open_npy(
         allow_pickle=allow_pickle,
         max_header_size=max_header_size,
         max_chunks=max_chunks,
+        fix_imports=fix_imports,
+        encoding=encoding,
+        name=name,
+        inline_array=inline_array,
     )
 
 
@@ -224,9 +248,14 @@ def _npy_dask(
     allow_pickle: bool = False,
     max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
     max_chunks: int = DEFAULT_MAX_CHUNKS,
+    fix_imports: bool = True,
+    encoding: str = "ASCII",
+    name: str | bool | None = None,
+    inline_array: bool = False,
 ) -> da.Array:
-    array = open_layout_array(reader, prefix, allow_pickle, max_header_size)
-    return to_dask(array, chunks, max_chunks=max_chunks)
+    unpickle = Unpickle(encoding, fix_imports)
+    array = open_layout_array(reader, prefix, allow_pickle, max_header_size, unpickle)
+    return to_dask(array, chunks, max_chunks=max_chunks, name=name, inline_array=inline_array)
 
 
 def load(
@@ -235,8 +264,12 @@ def load(
     storage_options: StorageOptions = None,
     allow_pickle: bool = False,
     max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
-) -> np.ndarray[Any, Any]:
-    """Read a whole ``.npy`` file into a numpy array, eagerly and in parallel.
+    fix_imports: bool = True,
+    encoding: str = "ASCII",
+    mmap_mode: MmapMode | None = None,
+) -> Any:
+    """Read a whole ``.npy`` file into a numpy array, eagerly and in parallel, as
+    :func:`numpy.load` does; an ``.npz`` archive gives numpy's mapping of arrays.
 
     The data is read with concurrent range requests (threads with ``preadv`` locally)
     straight into one preallocated buffer: no per-chunk arrays and no concatenation. On S3
@@ -253,11 +286,28 @@ def load(
         Allow object arrays (stored as pickles).
     max_header_size : int
         Largest header accepted, in bytes.
+    fix_imports, encoding
+        How object arrays are unpickled, as :func:`numpy.load` takes them
+        (``encoding="latin1"`` reads Python 2 pickles of numpy arrays).
+    mmap_mode : {None, "r+", "r", "w+", "c"}
+        Local ``.npy`` files only: memory-map the data instead of reading it, as
+        :func:`numpy.load` does (the header is parsed and checked by npystore).
 
     Returns
     -------
-    numpy.ndarray
-        Equal to ``numpy.load(url)``, dtype and memory order included; writable.
+    numpy.ndarray or numpy.memmap or NpzArrays
+        For an ``.npy`` file, equal to ``numpy.load(url)``, dtype and memory order included;
+        writable (a :class:`numpy.memmap` with ``mmap_mode``). For an ``.npz`` archive, an
+        :class:`~npystore.npz.NpzArrays` mapping that reads each member on access.
+
+    Raises
+    ------
+    FormatError
+        Not an ``.npy`` or ``.npz`` file, or a malformed one.
+    UnsupportedError
+        ``mmap_mode`` for a remote file, an archive or an object array (also
+        :class:`ValueError`, as numpy raises); an object array without
+        ``allow_pickle=True``.
 
     Examples
     --------
@@ -266,11 +316,62 @@ def load(
     >>> x = npystore.load("/tmp/doc_load.npy")
     >>> x.dtype, bool(x.flags.f_contiguous), int(x.trace())
     (dtype('>i2'), True, 3)
+    >>> np.savez("/tmp/doc_load.npz", a=np.arange(3))
+    >>> with npystore.load("/tmp/doc_load.npz") as z:
+    ...     z.files, z["a"]
+    (['a'], array([0, 1, 2]))
     """
     reader = open_reader(url, storage_options, head=LOAD_HEAD)
     reader.data_from_head = True  # read now, in this call: the opening bytes are current
-    array = open_layout_array(reader, read_prefix(reader), allow_pickle, max_header_size)
+    prefix = read_prefix(reader)
+    unpickle = Unpickle(encoding, fix_imports)
+    if sniff(prefix) == "npz":
+        if mmap_mode is not None:
+            raise UnsupportedError(f"{reader.url}: mmap_mode is for .npy files, not archives")
+        from npystore.npz import NpzArrays, npz_from_reader  # noqa: PLC0415
+
+        npz = npz_from_reader(
+            reader,
+            allow_pickle=allow_pickle,
+            max_header_size=max_header_size,
+            fix_imports=fix_imports,
+            encoding=encoding,
+        )
+        return NpzArrays(npz)
+    array = open_layout_array(reader, prefix, allow_pickle, max_header_size, unpickle)
+    if mmap_mode is not None:
+        return _memmap(reader, array.layout, mmap_mode)
     return array.read(parallel=True)
+
+
+MmapMode = Literal["r+", "r", "w+", "c", "readonly", "readwrite", "write", "copyonwrite"]
+
+
+def _memmap(reader: RangeReader, layout: ArrayLayout, mode: MmapMode) -> np.memmap[Any, Any]:
+    """The data of a local ``.npy`` file mapped into memory (numpy.load's ``mmap_mode``)."""
+    if not reader.local:
+        raise UnsupportedError(
+            f"{reader.url}: mmap_mode maps local files only; read remote files with "
+            f"load() or open_npy()"
+        )
+    if layout.dtype.hasobject:
+        raise UnsupportedError(f"{reader.url}: an object array (a pickle) cannot be memory-mapped")
+    if mode in ("w+", "write"):
+        raise UnsupportedError(
+            f"{reader.url}: mmap_mode {mode!r} would truncate the file; numpy.load refuses "
+            f"it too, use 'r+' to change values in place"
+        )
+    storage = layout.storage
+    if not isinstance(storage, RawExtent):
+        raise TypeError(f"an .npy file's data is a raw extent, not {type(storage).__name__}")
+    return np.memmap(
+        reader.path,
+        dtype=layout.dtype,
+        mode=mode,
+        offset=storage.offset,
+        shape=layout.shape,
+        order=layout.order,
+    )
 
 
 def sniff(prefix: bytes) -> str:

@@ -29,6 +29,7 @@ from npystore.layout import (
     Order,
     PickledExtent,
     RawExtent,
+    Unpickle,
 )
 
 __all__ = ["MemberInfo", "ZipArchive"]
@@ -322,8 +323,14 @@ class ZipArchive:
 
     # -- layouts ---------------------------------------------------------------------------
 
-    def layout(self, name: str, *, allow_pickle: bool = False) -> ArrayLayout:
-        """The layout of an ``.npy`` member."""
+    def layout(
+        self,
+        name: str,
+        *,
+        allow_pickle: bool = False,
+        unpickle: Unpickle = Unpickle(),  # noqa: B008 - frozen
+    ) -> ArrayLayout:
+        """The layout of an ``.npy`` member (``unpickle``: how an object array loads)."""
         info = self.info(name)
         header = info.header
         source = f"{self.url}:{name}"
@@ -353,7 +360,8 @@ class ZipArchive:
             storage = PickledExtent(info.data_offset + header.data_offset, nbytes)
         else:
             storage = RawExtent(info.data_offset + header.data_offset, nbytes)
-        return ArrayLayout(header.dtype, header.shape, order, storage)
+        options = unpickle if header.is_pickled else None
+        return ArrayLayout(header.dtype, header.shape, order, storage, options)
 
     def index_slot(self, name: str) -> IndexSlot | None:
         """The index slot of a deflated member (``None`` for stored ones)."""

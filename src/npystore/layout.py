@@ -37,6 +37,7 @@ __all__ = [
     "Order",
     "Piece",
     "PickledExtent",
+    "Unpickle",
     "RawExtent",
     "ReadPlan",
     "Storage",
@@ -65,6 +66,16 @@ class PickledExtent:
 
     offset: int
     nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Unpickle:
+    """How an object array's pickle is loaded: :func:`pickle.loads`' ``encoding`` and
+    ``fix_imports``, as ``numpy.load`` takes them (``"latin1"`` reads Python 2 pickles of
+    numpy arrays). Its presence on a layout is the caller's ``allow_pickle=True``."""
+
+    encoding: str = "ASCII"
+    fix_imports: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,12 +312,15 @@ class ArrayLayout:
         Memory order of the stored elements.
     storage : Storage
         Where the bytes are and how they decode.
+    unpickle : Unpickle, optional
+        For object arrays (pickles), how to load them; ``None`` otherwise.
     """
 
     dtype: np.dtype[Any]
     shape: tuple[int, ...]
     order: Order
     storage: Storage
+    unpickle: Unpickle | None = None
 
     @property
     def ndim(self) -> int:

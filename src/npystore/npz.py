@@ -35,9 +35,9 @@ from npystore.faces.dask import DEFAULT_MAX_CHUNKS, to_dask
 from npystore.fetch import RangeReader, open_reader
 from npystore.formats import npy
 from npystore.inflate import build_or_load_index, inflate_into
-from npystore.layout import DeflatedMember
+from npystore.layout import DeflatedMember, Unpickle
 
-__all__ = ["NpzFile", "open_npz"]
+__all__ = ["NpzArrays", "NpzFile", "open_npz"]
 
 
 class NpzFile(Mapping[str, Any]):
@@ -56,6 +56,13 @@ class NpzFile(Mapping[str, Any]):
         Allow object-array members.
     max_chunks : int
         Most chunks (dask tasks) one member's array may have.
+    unpickle : Unpickle, optional
+        How object-array members are unpickled (``encoding``, ``fix_imports``).
+
+    Attributes
+    ----------
+    f : object
+        The members as attributes, as numpy's ``NpzFile.f``: ``z.f.x`` is ``z["x"]``.
     """
 
     def __init__(
@@ -65,12 +72,15 @@ class NpzFile(Mapping[str, Any]):
         chunks: Any = "auto",
         allow_pickle: bool = False,
         max_chunks: int = DEFAULT_MAX_CHUNKS,
+        unpickle: Unpickle = Unpickle(),  # noqa: B008 - frozen
     ) -> None:
         self.archive = archive
         self.url = archive.url
         self._chunks = chunks
         self._allow_pickle = allow_pickle
+        self._unpickle = unpickle
         self._max_chunks = max_chunks
+        self.f = _Members(self)
         self._by_key = {member_key(name): name for name in archive.names}
         self.files: list[str] = list(self._by_key)
         self._arrays: dict[str, Any] = {}
@@ -157,7 +167,7 @@ class NpzFile(Mapping[str, Any]):
     def array(self, key: str) -> LayoutArray:
         """The member as a lazy, numpy-indexable :class:`~npystore.access.LayoutArray`."""
         name = self._name(key)
-        layout = self.archive.layout(name, allow_pickle=self._allow_pickle)
+        layout = self.archive.layout(name, allow_pickle=self._allow_pickle, unpickle=self._unpickle)
         return LayoutArray(self.archive.reader, layout, source=f"{self.url}:{name}")
 
     def load(self, key: str) -> np.ndarray[Any, Any]:
@@ -192,6 +202,69 @@ class NpzFile(Mapping[str, Any]):
         return self.archive.reader.read(info.data_offset, info.data_offset + entry.compressed_size)
 
 
+class NpzArrays(Mapping[str, Any]):
+    """What :func:`npystore.load` returns for an ``.npz`` archive, as ``numpy.load`` does:
+    a mapping whose values are read eagerly on access into numpy arrays (``bytes`` for
+    members that are not ``.npy`` files), with ``files``, ``f``, ``close`` and ``with``.
+
+    Parameters
+    ----------
+    npz : NpzFile
+        The opened archive; its :meth:`NpzFile.load` reads each member.
+    """
+
+    def __init__(self, npz: NpzFile) -> None:
+        self.npz = npz
+        self.files: list[str] = list(npz.files)
+        self.f = _Members(self)
+
+    def __getitem__(self, key: str) -> Any:
+        info = self.npz.info(key)
+        if info.header is None:
+            return self.npz[key]  # the member's bytes
+        return self.npz.load(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.files)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.npz
+
+    def __repr__(self) -> str:
+        return f"NpzArrays({self.npz.url!r}, files={self.files!r})"
+
+    def __enter__(self) -> NpzArrays:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Nothing is held open (for parity with numpy's NpzFile)."""
+        self.npz.close()
+
+
+class _Members:
+    """An archive's members as attributes (numpy's ``NpzFile.f``)."""
+
+    def __init__(self, npz: NpzFile | NpzArrays) -> None:
+        self._npz = npz
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("__") or key == "_npz":
+            raise AttributeError(key)
+        try:
+            return self._npz[key]
+        except KeyError:
+            raise AttributeError(f"the archive has no member {key!r}") from None
+
+    def __dir__(self) -> list[str]:
+        return list(self._npz.files)
+
+
 def _deflated_member(info: MemberInfo) -> DeflatedMember:
     e = info.entry
     return DeflatedMember(e.name, info.data_offset, e.compressed_size, e.uncompressed_size, e.crc32)
@@ -212,6 +285,8 @@ def open_npz(
     index_cache: str | None = None,
     max_members: int = DEFAULT_MAX_MEMBERS,
     max_chunks: int = DEFAULT_MAX_CHUNKS,
+    fix_imports: bool = True,
+    encoding: str = "ASCII",
 ) -> NpzFile:
     """Open an ``.npz`` archive as a read-only mapping of lazy dask arrays.
 
@@ -241,6 +316,8 @@ def open_npz(
     max_chunks : int
         Most chunks (dask tasks) one member's array may have (default 1,000,000), checked
         before its graph is built.
+    fix_imports, encoding
+        How object-array members are unpickled, as :func:`numpy.load` takes them.
 
     Returns
     -------
@@ -279,6 +356,8 @@ def open_npz(
         index_cache=index_cache,
         max_members=max_members,
         max_chunks=max_chunks,
+        fix_imports=fix_imports,
+        encoding=encoding,
     )
 
 
@@ -291,6 +370,8 @@ def npz_from_reader(
     index_cache: str | None = None,
     max_members: int = DEFAULT_MAX_MEMBERS,
     max_chunks: int = DEFAULT_MAX_CHUNKS,
+    fix_imports: bool = True,
+    encoding: str = "ASCII",
 ) -> NpzFile:
     """:func:`open_npz` on an opened reader (for :func:`npystore.open` and the package's
     tools, which sniff the format first); the keywords are :func:`open_npz`'s."""
@@ -302,4 +383,10 @@ def npz_from_reader(
         index_cache=index_cache,
         max_members=max_members,
     )
-    return NpzFile(archive, chunks=chunks, allow_pickle=allow_pickle, max_chunks=max_chunks)
+    return NpzFile(
+        archive,
+        chunks=chunks,
+        allow_pickle=allow_pickle,
+        max_chunks=max_chunks,
+        unpickle=Unpickle(encoding, fix_imports),
+    )

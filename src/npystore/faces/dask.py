@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import uuid
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -105,6 +106,8 @@ def to_dask(
     *,
     prefix: str = "npy",
     max_chunks: int = DEFAULT_MAX_CHUNKS,
+    name: str | bool | None = None,
+    inline_array: bool = False,
 ) -> da.Array:
     """A lazy dask array over ``array``, named deterministically from the object's identity.
 
@@ -121,6 +124,12 @@ def to_dask(
         arithmetically before dask expands them, so ``chunks=1`` on a huge shape fails at
         once instead of building the chunk tuples; the exact count is checked again after
         normalisation, before the graph is built.
+    name : str, bool or None
+        ``None``: ``"{prefix}-{token}"``, the token derived from the object's identity, the
+        layout and the chunks; a string: that name; ``False``: a random name (as
+        :func:`dask.array.from_array`).
+    inline_array : bool
+        As :func:`dask.array.from_array`: the array in every task instead of once.
 
     Returns
     -------
@@ -148,18 +157,25 @@ def to_dask(
         str(layout.dtype),
         layout.dtype.descr if layout.dtype.names else layout.dtype.str,
         layout.order,
+        layout.unpickle,
         normalized,
     )
+    if name is None:
+        name = f"{prefix}-{token}"
+    elif name is False:
+        name = f"{prefix}-{uuid.uuid4().hex}"
+    elif not isinstance(name, str):
+        raise TypeError(f"name must be a string, False or None, not {name!r}")
     meta = np.empty((0,) * layout.ndim, dtype=layout.dtype)
     result: da.Array = da.from_array(  # type: ignore[no-untyped-call]
         array,
         chunks=normalized,
-        name=f"{prefix}-{token}",
+        name=name,
         lock=False,
         asarray=False,
         fancy=True,
         meta=meta,
-        inline_array=False,
+        inline_array=inline_array,
     )
     return result
 
