@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -349,6 +350,44 @@ def test_s3_source_and_destination(
     assert manifest["source"]["fields"]
 
 
+def test_s3_interrupt_exits_at_once_and_resumes(
+    s3: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C during an S3 conversion: the command exits without waiting for the reads and
+    writes in flight (it took ~6 s), and the rerun completes from the manifest."""
+    local = tmp_path / "a.npy"
+    arr = np.arange(400_000, dtype="<f8").reshape(4000, 100)
+    np.save(local, arr)
+    url = s3.put_file(local, "in/big.npy")
+    out = s3.url("out/big.zarr")
+    so = json.dumps(s3.storage_options)
+    env = dict(os.environ, **{convert.STOP_AFTER_ENV: "20"})  # SIGINT itself after 20 writes
+    args = [sys.executable, "-m", "npystore", "convert", url, out, "--chunks", "40",
+            "--workers", "8", "--no-progress", "--storage-options-json", so]  # fmt: skip
+    proc = subprocess.Popen(args, env=env, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    said = ""
+    for line in proc.stderr:
+        said += line
+        if "interrupted" in line:
+            break
+    start = time.perf_counter()
+    code = proc.wait(timeout=60)
+    waited = time.perf_counter() - start
+    assert "interrupted; run the same command again to resume" in said, said
+    assert code == 130
+    assert waited < 2.0  # hang guard: no wait for the pool's reads and writes in flight
+    manifest = json.loads(s3.fs.cat_file(f"{out}/{MANIFEST}"))
+    assert manifest["complete"] is False
+    code, stdout, err = run(capsys, url, out, "--chunks", "40", "--no-progress",
+                            "--storage-options-json", so)  # fmt: skip
+    assert code == 0, err
+    assert "done already, resuming" in err
+    assert "100 chunks (" in stdout
+    group = zarr.open_group(out, mode="r", storage_options=s3.storage_options)
+    np.testing.assert_array_equal(group["big"][...], arr)
+
+
 # ------------------------------------------------------------------------------ resume
 
 
@@ -442,5 +481,8 @@ def test_progress_bar_and_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str
     code, stdout, err = run(capsys, str(src), str(tmp_path / "o.zarr"), "--chunks", "8")
     assert code == 0
     assert f"{src} -> {tmp_path / 'o.zarr'}: 1 arrays, 512.0 KiB in 8 chunks" in err
-    assert "100% Completed" in err
+    # stderr is not a terminal here: plain lines (no carriage returns), the last at 100%
+    assert "\r" not in err
+    assert f"convert {src}: 512.0 KiB of 512.0 KiB (100%), 8 of 8 chunks, " in err
+    assert len([line for line in err.splitlines() if line.startswith("convert ")]) <= 2
     assert stdout.startswith(f"{tmp_path / 'o.zarr'}: 1 arrays")

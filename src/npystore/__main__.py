@@ -1,6 +1,6 @@
 """``python -m npystore``: the ``npystore`` command (see :mod:`npystore.cli`)."""
 
-from npystore.cli import main
+from npystore.cli import run
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

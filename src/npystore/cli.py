@@ -25,7 +25,7 @@ import re
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, TextIO
+from typing import Any, Final, NoReturn, TextIO
 
 import numpy as np
 
@@ -48,8 +48,10 @@ from npystore.mattree import (
 from npystore.npz import npz_from_reader
 
 __all__ = ["CliError", "build_parser", "info", "main", "parse_slice", "parse_storage_options",
-           "split_member"]  # fmt: skip
+           "run", "split_member"]  # fmt: skip
 
+#: Exit status after an interruption (128 + SIGINT).
+INTERRUPTED: Final = 130
 #: Most elements of a container (cell, struct array) listed by ``info``.
 MAX_TREE_ITEMS: Final = 100
 #: Largest selection ``cat`` reads without ``--full`` (numpy would print only its corners).
@@ -745,7 +747,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             + ("; run the same command again to resume" if args.command == "convert" else ""),
             file=sys.stderr,
         )
-        return 130
+        return INTERRUPTED
     except BrokenPipeError:  # e.g. `npystore cat ... | head`
         with contextlib.suppress(OSError, ValueError, AttributeError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -755,3 +757,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"npystore: error: {_message(exc, args.url)}", file=sys.stderr)
         return 1
+
+
+def run() -> NoReturn:
+    """The console script: :func:`main` on ``sys.argv``, then exit with its status.
+
+    After an interruption it exits at once, without waiting for worker threads still in a
+    range read or a chunk write: what ``convert`` finished is already in its manifest (a
+    chunk cut mid-write is never recorded, and a rerun removes its leftovers), so Ctrl-C
+    ends the command within a fraction of a second instead of after the reads in flight.
+    """
+    code = main()
+    if code == INTERRUPTED:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)

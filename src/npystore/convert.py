@@ -34,7 +34,6 @@ import math
 import os
 import re
 import signal
-import sys
 import threading
 import time
 import warnings
@@ -61,6 +60,7 @@ from npystore.faces.dtypes import zarr_dtype_for
 from npystore.faces.zarr_store import ArrayNode, GroupNode, node_name
 from npystore.fetch import open_reader
 from npystore.formats import npy
+from npystore.progress import Progress, format_size
 from npystore.stores import store_nodes
 
 __all__ = ["MANIFEST_KEY", "ConvertError", "ConvertResult", "convert", "format_size"]
@@ -434,8 +434,9 @@ def _check_resume(found: dict[str, Any], expected: dict[str, Any], out: str) -> 
 class _Writer:
     """Writes chunks (called in dask's worker threads) and records them."""
 
-    def __init__(self, manifest: _Manifest) -> None:
+    def __init__(self, manifest: _Manifest, progress: Progress | None = None) -> None:
         self.manifest = manifest
+        self.progress = progress
         self.stop = threading.Event()
         self.written = 0
         self._lock = threading.Lock()
@@ -457,8 +458,19 @@ class _Writer:
         with self._lock:
             self.written += 1
             hit = self._stop_after is not None and self.written == self._stop_after
+        if self.progress is not None:
+            self.progress.update(int(getattr(block, "nbytes", 0)))
         if hit:
             os.kill(os.getpid(), self._signal)
+
+
+def _chunk_bytes(a: _ArrayPlan, linear: int) -> int:
+    """Bytes of chunk ``linear`` of ``a`` (edge chunks are smaller)."""
+    index = np.unravel_index(linear, a.grid) if a.grid else ()
+    count = math.prod(
+        min(c, n - int(i) * c) for i, c, n in zip(index, a.chunks, a.array.shape, strict=True)
+    )
+    return count * a.array.dtype.itemsize
 
 
 def _ensure_nodes(
@@ -558,7 +570,8 @@ def convert(
         unfinished conversion of the same source with the same options (which is resumed),
         or a finished one (nothing is written).
     progress : bool
-        Show dask's progress bar on stderr.
+        Show progress on stderr: a bar with rate and time left on a terminal, a line every
+        10 s elsewhere (:class:`npystore.progress.Progress`).
     workers : int, optional
         Threads writing chunks (default: the number of CPUs, at least 4).
     checkpoint_interval : float
@@ -634,15 +647,21 @@ def convert(
         f"{plan.url} -> {out}: {len(plan.arrays)} arrays, {format_size(nbytes)} in {total} chunks"
         + (f" ({before} done already, resuming)" if before else "")
     )
-    writer = _Writer(manifest)
+    todo_bytes = sum(
+        _chunk_bytes(a, i)
+        for a in plan.arrays
+        for i in range(a.nchunks)
+        if i not in manifest.done[a.path]
+    )
+    bar = (
+        Progress(total - before, todo_bytes, f"convert {plan.url}")
+        if progress and total > before
+        else None
+    )
+    writer = _Writer(manifest, bar)
     tasks = list(_tasks(plan, arrays, manifest.done, writer))
-    bar: Any = contextlib.nullcontext()
-    if progress and tasks:
-        from dask.diagnostics.progress import ProgressBar  # noqa: PLC0415
-
-        bar = ProgressBar(out=sys.stderr)  # type: ignore[no-untyped-call]
     try:
-        with bar:
+        with bar or contextlib.nullcontext():
             compute(  # type: ignore[no-untyped-call]
                 *tasks, scheduler="threads", num_workers=workers or max(4, os.cpu_count() or 1)
             )
@@ -658,13 +677,3 @@ def convert(
         warnings.simplefilter("ignore", zarr.errors.UnstableSpecificationWarning)
         zarr.consolidate_metadata(store)
     return result(writer.written)
-
-
-def format_size(n: int) -> str:
-    """Bytes as text: ``"512 B"``, ``"1.5 MiB"``."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover - the loop always returns
