@@ -566,3 +566,53 @@ def test_info_npy_over_s3_is_one_request(
     assert code == 0
     assert json.loads(out)["shape"] == [1000]
     assert (m.gets, m.heads) == (1, 0)
+
+
+# -- first-use fixes: pickles, remote outputs, library warnings --------------------------------
+
+
+def test_cat_allow_pickle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "o.npy"
+    np.save(path, np.array([{"k": 1}, "x"], dtype=object), allow_pickle=True)
+    code, _, err = run(capsys, "cat", str(path))
+    assert code == 1
+    assert "--allow-pickle" in err
+    assert "Traceback" not in err
+    code, out, err = run(capsys, "cat", str(path), "--allow-pickle")
+    assert code == 0, err
+    assert "'k': 1" in out
+    assert "'x'" in out
+    np.savez(tmp_path / "o.npz", a=np.array([1, "y"], dtype=object), b=np.arange(3))
+    assert run(capsys, "cat", f"{tmp_path / 'o.npz'}:a")[0] == 1
+    code, out, _ = run(capsys, "cat", f"{tmp_path / 'o.npz'}:a", "--allow-pickle")
+    assert code == 0
+    assert "'y'" in out
+    code, out, _ = run(capsys, "cat", f"{tmp_path / 'o.npz'}:b")  # plain members need no flag
+    assert code == 0
+    assert "[0 1 2]" in out
+
+
+def test_refs_output_to_any_fsspec_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "a.npy"
+    np.save(path, np.arange(10))
+    code, _, err = run(capsys, "refs", str(path), "-o", "memory://cli-refs/a.json")
+    assert code == 0, err
+    assert "-> memory://cli-refs/a.json" in err
+    with fsspec.open("memory://cli-refs/a.json", "r") as f:
+        refs = json.load(f)
+    assert refs == npystore.to_kerchunk(str(path))
+
+
+def test_refs_reports_zarr_warnings_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.npy"
+    np.save(path, np.zeros(3, dtype=[("a", "<i4"), ("b", "<f8")]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing escapes as a raw warning
+        code, _, err = run(capsys, "refs", str(path), "-o", str(tmp_path / "s.json"))
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if line.startswith("npystore: warning")]
+    assert len(lines) == 1
+    assert lines[0].startswith("npystore: warning: UnstableSpecificationWarning: The data type")
+    assert "site-packages" not in err

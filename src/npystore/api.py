@@ -431,7 +431,8 @@ def open(
     **kwargs
         Passed on to the format's opener: :func:`open_npy`, :func:`~npystore.open_npz` or
         :func:`~npystore.open_mat` (e.g. ``chunks`` and ``max_chunks`` for all three,
-        ``allow_pickle`` and ``max_header_size`` for ``.npy`` and ``.npz``,
+        ``allow_pickle`` (accepted for MATLAB files too, which hold no pickles) and
+        ``max_header_size`` for ``.npy`` and ``.npz``,
         ``max_members`` for ``.npz``, ``max_depth`` and ``squeeze`` for ``.mat``).
 
     Returns
@@ -462,6 +463,7 @@ def open(
     if kind == "mat":
         from npystore.matfile import mat_from_reader  # noqa: PLC0415
 
+        kwargs.pop("allow_pickle", None)  # MATLAB files hold no pickles
         return mat_from_reader(reader, builtins.bytes(prefix[:128]), **kwargs)
     raise FormatError(
         f"{reader.url}: unknown format: the first bytes are {builtins.bytes(prefix[:8])!r}, "

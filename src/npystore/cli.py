@@ -24,6 +24,7 @@ import os
 import re
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NoReturn, TextIO
 
@@ -423,8 +424,10 @@ def _mat_value(mat: Any, member: str, url: str) -> Any:
     return to_value(node, numeric=lambda leaf: to_dask(leaf.array))
 
 
-def _select(url: str, member: str | None, options: Mapping[str, Any] | None) -> Any:
-    opened = npystore.open(url, storage_options=options)
+def _select(
+    url: str, member: str | None, options: Mapping[str, Any] | None, allow_pickle: bool = False
+) -> Any:
+    opened = npystore.open(url, storage_options=options, allow_pickle=allow_pickle)
     if isinstance(opened, npystore.NpzFile | npystore.MatFile):
         names = list(opened)
         if member is None:
@@ -488,7 +491,14 @@ def _render(value: Any, *, full: bool, top: bool = True) -> str:
 
 
 def _cat(args: argparse.Namespace, options: Mapping[str, Any] | None, out: TextIO) -> int:
-    value = _select(args.url, args.member, options)
+    try:
+        value = _select(args.url, args.member, options, args.allow_pickle)
+        if hasattr(value, "compute") and value.dtype.hasobject:
+            value = value.compute()  # the pickle is read (and refused) here
+    except npystore.UnsupportedError as exc:
+        if args.allow_pickle or "allow_pickle=True" not in str(exc):
+            raise
+        raise CliError(f"{exc} On the command line: --allow-pickle.") from exc
     if isinstance(value, bytes):  # an .npz member that is not an .npy file
         out.flush()
         sys.stdout.buffer.write(value)
@@ -519,10 +529,19 @@ def _info_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, out: 
 
 
 def _refs_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, out: TextIO) -> int:
-    refs = npystore.to_kerchunk(args.url, storage_options=options)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        refs = npystore.to_kerchunk(args.url, storage_options=options)
+    _say_warnings(caught)
     text = json.dumps(refs, indent=None if args.output else 2)
     if args.output in (None, "-"):
         print(text, file=out)
+    elif _is_url(args.output):
+        import fsspec  # noqa: PLC0415 - the fetch layer's dependency
+
+        out_options = _out_options(args, options)
+        with fsspec.open(args.output, "w", encoding="utf-8", **out_options) as f:
+            f.write(text)
     else:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)
@@ -531,6 +550,22 @@ def _refs_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, out: 
     print(f"{len(refs['refs'])} references ({ranged} byte ranges of {args.url}) -> {where}",
           file=sys.stderr)  # fmt: skip
     return 0
+
+
+def _out_options(args: argparse.Namespace, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Storage options of an output URL: ``--out-storage-option``, else the input's."""
+    own = parse_storage_options(args.out_storage_option, args.out_storage_options_json)
+    return dict(own or options or {})
+
+
+def _say_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
+    """Library warnings as one short line each on stderr (their first sentence, once)."""
+    seen: set[str] = set()
+    for w in caught:
+        text = str(w.message).split(". ")[0].rstrip(".")
+        if text not in seen:
+            seen.add(text)
+            print(f"npystore: warning: {type(w.message).__name__}: {text}", file=sys.stderr)
 
 
 def _chunk_spec(text: str) -> Any:
@@ -550,12 +585,11 @@ def _convert_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, ou
             per_array[name] = _chunk_spec(spec)
         else:
             default = _chunk_spec(spec)
-    out_options = parse_storage_options(args.out_storage_option, args.out_storage_options_json)
     result = convert(
         args.url,
         args.out,
         storage_options=options,
-        out_storage_options=(out_options or options) if _is_url(args.out) else None,
+        out_storage_options=_out_options(args, options) if _is_url(args.out) else None,
         name=args.name,
         chunks=default,
         array_chunks=per_array,
@@ -634,11 +668,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--slice", metavar="INDEX", help='numpy-style index, e.g. "10:20,3", "::2", "...,0"'
     )
     p.add_argument("--full", action="store_true", help="print every value (no summary)")
+    p.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="read object arrays (pickles: loading runs code from the file; trusted files only)",
+    )
     p.set_defaults(run=_cat)
 
     p = sub.add_parser("refs", parents=[common], help="write kerchunk references (JSON)")
     p.add_argument("url", metavar="URL")
-    p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
+    p.add_argument(
+        "-o", "--output", metavar="FILE", help="output file or fsspec URL (default: stdout)"
+    )
+    p.add_argument(
+        "--out-storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="storage option for the output URL only (default: those of --storage-option)",
+    )
+    p.add_argument("--out-storage-options-json", metavar="JSON")
     p.set_defaults(run=_refs_cmd)
 
     p = sub.add_parser("convert", parents=[common], help="write a Zarr v3 store")
