@@ -22,13 +22,15 @@ and reads HDF5 only through the objects of this module:
   (:mod:`npystore.formats.mat73`) gets only these wrappers, so it cannot read values
   without the check.
 
-Defence in depth: objects are opened with :data:`SAFE_ACCESS`, whose external-file and
-virtual-source prefixes are a directory that cannot exist (a path under ``/dev/null``),
-so a relative external name that slipped past the checks still opens nothing; virtual
+Defence in depth: datasets opened by name are opened with :data:`SAFE_ACCESS`, whose
+external-file and virtual-source prefixes are a directory that cannot exist (a path under
+``/dev/null``), so a relative external name that slipped past the checks opens nothing
+(unless the environment sets ``HDF5_EXTFILE_PREFIX``, which libhdf5 prefers). Virtual
 sources and external link targets are opened by libhdf5 through the parent file's driver
-(:func:`npystore.hdf5.open_h5` uses h5py's file-object driver, which ignores file names),
-so they never reach the local filesystem. libhdf5 joins an *absolute* external storage
-name to no prefix at all; that case is closed by the checks alone.
+(:func:`npystore.hdf5.open_h5` uses h5py's file-object driver, which ignores file names:
+they resolve inside the same file), so they never reach the local filesystem. libhdf5
+joins an *absolute* external storage name to no prefix at all, and datasets reached by
+reference are opened with default settings: those cases are closed by the checks alone.
 """
 
 from __future__ import annotations
@@ -277,8 +279,7 @@ class SafeGroup:
         kind = links.get_info(key).type
         where = f"{self._source}: {_joined(group.name, name)}"
         if kind == h5py.h5l.TYPE_HARD:
-            oid = h5py.h5o.open(group.id, key, lapl=SAFE_ACCESS)
-            return _high_level(oid)
+            return _open_hard(group, key)
         if kind == h5py.h5l.TYPE_SOFT:
             hops[0] -= 1
             if hops[0] < 0:
@@ -301,8 +302,8 @@ class SafeGroup:
                 f"npystore refuses HDF5 external links, {_WHY}"
             )
         raise UnsupportedError(
-            f"{where}: a user-defined HDF5 link (type {int(kind)}); npystore follows only "
-            f"hard and soft links within the file"
+            f"{where}: a user-defined HDF5 link (type {int(kind)}): npystore refuses "
+            f"user-defined links, it follows only hard and soft links within the file"
         )
 
 
@@ -311,14 +312,23 @@ def _joined(group: str | None, name: str) -> str:
     return f"{base}/{name}"
 
 
-def _high_level(oid: Any) -> Any:
-    """h5py's object for a low-level id."""
-    kind = h5py.h5i.get_type(oid)
-    if kind == h5py.h5i.DATASET:
-        return h5py.Dataset(oid, readonly=True)
-    if kind == h5py.h5i.GROUP:
-        return h5py.Group(oid)
-    return h5py.Datatype(oid)
+def _open_hard(group: h5py.Group, key: bytes) -> Any:
+    """The object a hard link of ``group`` names, datasets opened with :data:`SAFE_ACCESS`
+    (libhdf5 shares one open dataset's access settings between handles: a dataset opened
+    before, e.g. by reference, keeps the prefixes it was first opened with)."""
+    get_objinfo = getattr(h5py.h5g, "get_objinfo", None)
+    if get_objinfo is None:  # pragma: no cover - HDF5 built without deprecated symbols
+        oid = h5py.h5o.open(group.id, key)
+        kind = h5py.h5i.get_type(oid)
+        if kind == h5py.h5i.DATASET:
+            return h5py.Dataset(oid, readonly=True)
+        return h5py.Group(oid) if kind == h5py.h5i.GROUP else h5py.Datatype(oid)
+    kind = get_objinfo(group.id, key, follow_link=False).type
+    if kind == h5py.h5g.DATASET:
+        return h5py.Dataset(h5py.h5d.open(group.id, key, dapl=SAFE_ACCESS), readonly=True)
+    if kind == h5py.h5g.GROUP:
+        return h5py.Group(h5py.h5g.open(group.id, key))
+    return h5py.Datatype(h5py.h5t.open(group.id, key))
 
 
 def safe_root(h5: h5py.File, source: str) -> SafeGroup:

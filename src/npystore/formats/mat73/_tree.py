@@ -413,6 +413,9 @@ class Mat73Tree:
         where = self._where(name)
         if "MATLAB_sparse" in group.attrs:
             sparse = self._sparse(group, cls, name)
+            for part, dset in (("data", sparse.data), ("ir", sparse.ir), ("jc", sparse.jc)):
+                if dset is not None:  # refused storage is listed as refused
+                    dset.check(f"{where}.{part}")
             is_complex = sparse.dtype.kind == "c"
             return VarInfo(name, sparse.matlab_class, sparse.dims, True, is_complex, glob)
         for member in group:  # a struct array has references in every field: ask one
