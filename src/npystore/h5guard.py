@@ -22,20 +22,18 @@ and reads HDF5 only through the objects of this module:
   (:mod:`npystore.formats.mat73`) gets only these wrappers, so it cannot read values
   without the check.
 
-Defence in depth: datasets opened by name are opened with :data:`SAFE_ACCESS`, whose
-external-file and virtual-source prefixes are a directory that cannot exist (a path under
-``/dev/null``), so a relative external name that slipped past the checks opens nothing
-(unless the environment sets ``HDF5_EXTFILE_PREFIX``, which libhdf5 prefers). Virtual
-sources and external link targets are opened by libhdf5 through the parent file's driver
-(:func:`npystore.hdf5.open_h5` uses h5py's file-object driver, which ignores file names:
-they resolve inside the same file), so they never reach the local filesystem. libhdf5
-joins an *absolute* external storage name to no prefix at all, and datasets reached by
-reference are opened with default settings: those cases are closed by the checks alone.
+Defence in depth: libhdf5 opens external link targets and virtual sources through the
+parent file's driver, and :func:`npystore.hdf5.open_h5` uses h5py's file-object driver,
+which ignores file names (they resolve inside the same file): even if those checks were
+bypassed, no local file would be opened. External *storage* is opened by name with a plain
+``open()``; an external-file prefix (``H5Pset_efile_prefix``) cannot close it: libhdf5
+ignores the prefix for absolute names, and refuses to open a dataset that is already open
+with a different prefix, while h5py dereferences object references with the default one.
+That case is closed by :func:`check_storage` and by the tree seeing only these wrappers.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any, Final
 
@@ -46,8 +44,6 @@ from npystore.errors import FormatError, UnsupportedError
 
 __all__ = [
     "MAX_SOFT_LINKS",
-    "NOWHERE",
-    "SAFE_ACCESS",
     "SafeDataset",
     "SafeGroup",
     "check_storage",
@@ -57,8 +53,6 @@ __all__ = [
 
 #: Most soft links followed while opening one member (libhdf5's own default limit).
 MAX_SOFT_LINKS: Final = 16
-#: A directory that cannot exist: below a device file, every path is ENOTDIR.
-NOWHERE: Final = f"{os.devnull}/npystore-refuses-files-named-by-hdf5-metadata/"
 #: Why the refusal: the end of every message.
 _WHY: Final = (
     "because the file names come from the file's own metadata (a remote file could "
@@ -66,18 +60,6 @@ _WHY: Final = (
 )
 #: How many external file names a message shows.
 _NAMES_SHOWN: Final = 3
-
-
-def _safe_access() -> Any:
-    """The dataset access property list every object is opened with."""
-    dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
-    dapl.set_efile_prefix(NOWHERE.encode())
-    dapl.set_virtual_prefix(NOWHERE.encode())
-    return dapl
-
-
-#: Dataset access (a link access list too) with external and virtual prefixes nowhere.
-SAFE_ACCESS: Final = _safe_access()
 
 
 def check_storage(dset: h5py.Dataset, source: str) -> None:
@@ -313,22 +295,12 @@ def _joined(group: str | None, name: str) -> str:
 
 
 def _open_hard(group: h5py.Group, key: bytes) -> Any:
-    """The object a hard link of ``group`` names, datasets opened with :data:`SAFE_ACCESS`
-    (libhdf5 shares one open dataset's access settings between handles: a dataset opened
-    before, e.g. by reference, keeps the prefixes it was first opened with)."""
-    get_objinfo = getattr(h5py.h5g, "get_objinfo", None)
-    if get_objinfo is None:  # pragma: no cover - HDF5 built without deprecated symbols
-        oid = h5py.h5o.open(group.id, key)
-        kind = h5py.h5i.get_type(oid)
-        if kind == h5py.h5i.DATASET:
-            return h5py.Dataset(oid, readonly=True)
-        return h5py.Group(oid) if kind == h5py.h5i.GROUP else h5py.Datatype(oid)
-    kind = get_objinfo(group.id, key, follow_link=False).type
-    if kind == h5py.h5g.DATASET:
-        return h5py.Dataset(h5py.h5d.open(group.id, key, dapl=SAFE_ACCESS), readonly=True)
-    if kind == h5py.h5g.GROUP:
-        return h5py.Group(h5py.h5g.open(group.id, key))
-    return h5py.Datatype(h5py.h5t.open(group.id, key))
+    """The object a hard link of ``group`` names, as h5py's object."""
+    oid = h5py.h5o.open(group.id, key)
+    kind = h5py.h5i.get_type(oid)
+    if kind == h5py.h5i.DATASET:
+        return h5py.Dataset(oid, readonly=True)
+    return h5py.Group(oid) if kind == h5py.h5i.GROUP else h5py.Datatype(oid)
 
 
 def safe_root(h5: h5py.File, source: str) -> SafeGroup:

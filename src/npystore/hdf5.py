@@ -280,7 +280,7 @@ def open_h5(reader: RangeReader, *, block_size: int | None = None) -> h5py.File:
     them anyway, libhdf5 opens external link targets and virtual sources with this file's
     driver (h5py's file-object driver, which ignores file names: they resolve inside this
     same file), never from the local filesystem; only external *storage* is opened by
-    name, which is why every read goes through :func:`npystore.h5guard.check_storage`.
+    name, which is why every read checks :func:`npystore.h5guard.check_storage` first.
     """
     blockfile = BlockFile(reader, block_size=block_size)
     try:
