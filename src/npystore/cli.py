@@ -32,7 +32,7 @@ import numpy as np
 
 import npystore
 from npystore.api import header_from_prefix, read_prefix, sniff
-from npystore.errors import NpystoreError
+from npystore.errors import NpystoreError, UnsupportedError
 from npystore.fetch import RangeReader, open_reader
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
 from npystore.matfile import mat_from_reader
@@ -296,10 +296,16 @@ def _mat_info(url: str, reader: RangeReader, prefix: bytes, depth: int | None) -
             entry.update({k: True for k in ("sparse", "complex") if getattr(info, k)})
             if info.is_global:
                 entry["global"] = True
-            plain = info.matlab_class in _PLAIN_CLASSES or info.sparse
+            if info.refused:
+                entry["refused"] = info.refused
+            plain = info.matlab_class in _PLAIN_CLASSES or info.sparse or bool(info.refused)
             if not plain and (depth is None or depth > 0):
-                tree = _tree(mat.node(name), name, name, depth)
-                entry.update({k: tree[k] for k in ("children", "more") if k in tree})
+                try:
+                    tree = _tree(mat.node(name), name, name, depth)
+                except UnsupportedError as exc:  # e.g. a field behind an external link
+                    entry["refused"] = str(exc)
+                else:
+                    entry.update({k: tree[k] for k in ("children", "more") if k in tree})
             variables.append(entry)
         return {"url": url, "format": "mat", "version": mat.version, "file_size": size,
                 "header": mat.header_text, "variables": variables}  # fmt: skip
@@ -381,7 +387,7 @@ def _print_info(facts: dict[str, Any], out: TextIO) -> None:
     rows = [["Name", "Class", "Size", "Attributes"]]
 
     def add(entry: dict[str, Any], level: int) -> None:
-        attrs = " ".join(k for k in ("sparse", "complex", "global") if entry.get(k))
+        attrs = " ".join(k for k in ("sparse", "complex", "global", "refused") if entry.get(k))
         rows.append(["  " * level + entry["name"], entry["class"], _dims(entry["size"]), attrs])
         for child in entry.get("children", ()):
             add(child, level + 1)
@@ -391,6 +397,9 @@ def _print_info(facts: dict[str, Any], out: TextIO) -> None:
     for variable in facts["variables"]:
         add(variable, 0)
     _table(rows, out)
+    for variable in facts["variables"]:
+        if variable.get("refused"):
+            print(f"{variable['name']}: refused: {variable['refused']}", file=out)
 
 
 # ------------------------------------------------------------------------------ cat

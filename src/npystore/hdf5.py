@@ -40,6 +40,7 @@ from npystore.blockfile import DEFAULT_BLOCK_SIZE, WHOLE_FILE_LIMIT, BlockFile
 from npystore.errors import FormatError, NpystoreError, UnsupportedError
 from npystore.fetch import RangeReader
 from npystore.formats import h5index
+from npystore.h5guard import check_storage
 from npystore.layout import ArrayLayout, ChunkedExtent, Filter, InlineExtent, RawExtent, Storage
 
 __all__ = [
@@ -271,6 +272,15 @@ def open_h5(reader: RangeReader, *, block_size: int | None = None) -> h5py.File:
     ------
     FormatError
         Not a readable HDF5 file.
+
+    Notes
+    -----
+    Read members through :func:`npystore.h5guard.safe_root`, which refuses external and
+    user-defined links, virtual datasets and external storage. Should anything follow
+    them anyway, libhdf5 opens external link targets and virtual sources with this file's
+    driver (h5py's file-object driver, which ignores file names: they resolve inside this
+    same file), never from the local filesystem; only external *storage* is opened by
+    name, which is why every read checks :func:`npystore.h5guard.check_storage` first.
     """
     blockfile = BlockFile(reader, block_size=block_size)
     try:
@@ -373,6 +383,7 @@ def dataset_layout(
     """
     source = source or f"{reader.url}:{dset.name}"
     check = check or AddressCheck.for_reader(reader)
+    check_storage(dset, source)  # virtual datasets and external storage: refused first
     dtype = np.dtype(dset.dtype)
     if dtype.hasobject:
         raise UnsupportedError(
@@ -384,10 +395,6 @@ def dataset_layout(
     shape = tuple(int(n) for n in dset.shape)
     dcpl = dset.id.get_create_plist()
     kind = dcpl.get_layout()
-    if kind == h5py.h5d.VIRTUAL:
-        raise UnsupportedError(f"{source}: virtual datasets (data in other datasets or files)")
-    if dcpl.get_external_count() > 0:
-        raise UnsupportedError(f"{source}: dataset stored in external files")
     userblock = int(dset.file.id.get_create_plist().get_userblock())
     storage: Storage
     if math.prod(shape) == 0:

@@ -7,7 +7,9 @@ the result into a :mod:`npystore.mattree` tree. Numeric values are never read he
 numeric leaf is a :class:`~npystore.access.LayoutArray` over the dataset's bytes
 (:func:`npystore.hdf5.dataset_layout`), read only when the leaf is read. Characters,
 object references, the dims of empty values and object headers are small metadata and
-are read with it.
+are read with it. The tree is walked over :mod:`npystore.h5guard`'s wrappers: external and
+user-defined links, external storage and virtual datasets are refused
+(:class:`~npystore.errors.UnsupportedError`), so a file never makes npystore read another.
 
 >>> import numpy as np, h5py, npystore.fetch, tempfile, os
 >>> path = os.path.join(tempfile.mkdtemp(), "a.mat")
@@ -34,6 +36,7 @@ from npystore.access import LayoutArray
 from npystore.errors import FormatError, NpystoreError, UnsupportedError
 from npystore.fetch import RangeReader
 from npystore.formats import mat73
+from npystore.h5guard import safe_root, unwrap
 from npystore.hdf5 import dataset_layout, open_h5
 from npystore.layout import (
     ArrayLayout,
@@ -107,7 +110,9 @@ class Mat73File:
                 raise
             raise FormatError(f"{self.source}: not a readable HDF5 (MAT v7.3) file: {exc}") from exc
         self._max_depth = max_depth
-        self._tree = mat73.Mat73Tree(self._h5, source=self.source, max_depth=max_depth)
+        # the tree sees only checked wrappers: no link or value it reaches can name a file
+        root = safe_root(self._h5, self.source)
+        self._tree = mat73.Mat73Tree(root, source=self.source, max_depth=max_depth)
         self._built: dict[mat73.MatNode, MatNode] = {}
         self._closed = False
 
@@ -221,7 +226,7 @@ class Mat73File:
         if dset is None:
             layout = ArrayLayout(dtype, dims or (0,), "F", InlineExtent(b""))
             return LayoutArray(self.reader, layout, source=source)
-        stored = dataset_layout(dset, self.reader, matlab=True, source=source)
+        stored = dataset_layout(unwrap(dset), self.reader, matlab=True, source=source)
         if dims is not None:
             stored = _padded(stored, dims, source)
         same = stored.dtype.names is None and (

@@ -129,7 +129,7 @@ class MatFile(Mapping[str, Any]):
             attrs = " ".join(
                 w
                 for w, on in (("sparse", info.sparse), ("complex", info.complex),
-                              ("global", info.is_global))
+                              ("global", info.is_global), ("refused", bool(info.refused)))
                 if on
             )  # fmt: skip
             rows.append((info.name, size, info.matlab_class, attrs))

@@ -53,6 +53,10 @@ class MatInfo:
         (some objects).
     sparse, complex, is_global : bool
         Attributes as in ``whos``.
+    refused : str
+        Why npystore refuses to read the variable (reading it raises
+        :class:`~npystore.errors.UnsupportedError`), e.g. an HDF5 external link or external
+        storage; ``""`` when nothing was refused while listing it.
     """
 
     name: str
@@ -61,13 +65,14 @@ class MatInfo:
     sparse: bool = False
     complex: bool = False
     is_global: bool = False
+    refused: str = ""
 
     def __str__(self) -> str:
         size = "x".join(map(str, self.dims)) if self.dims else "?"
         extra = " ".join(
             word
             for word, on in (("sparse", self.sparse), ("complex", self.complex),
-                             ("global", self.is_global))
+                             ("global", self.is_global), ("refused", bool(self.refused)))
             if on
         )  # fmt: skip
         return f"{self.name}  {size}  {self.matlab_class}" + (f"  {extra}" if extra else "")

@@ -39,7 +39,7 @@ from xarray.core import indexing
 
 from npystore.access import LayoutArray
 from npystore.api import open_layout_array, read_prefix, sniff
-from npystore.errors import FormatError
+from npystore.errors import FormatError, UnsupportedError
 from npystore.faces.dask import normalize_layout_chunks
 from npystore.fetch import RangeReader, open_reader
 from npystore.formats import npy
@@ -503,6 +503,10 @@ class _Opened:
             for name, info in mat.variables.items():
                 if name in drop:
                     continue
+                if info.refused:
+                    raise UnsupportedError(
+                        f"{info.refused}; pass drop_variables={name!r} to open the others"
+                    )
                 why = _mat_skip_reason(info)
                 if why is None and info.matlab_class == "char":
                     out[name] = self._char(name, self._node(name))

@@ -1,8 +1,10 @@
 """MATLAB v7.3 MAT-files: MATLAB semantics over an injected HDF5 reader.
 
 A v7.3 MAT-file is an HDF5 file behind a 512-byte user block (the MAT header text). This
-module never opens anything: it walks an HDF5 root group handed to it (h5py's ``File``
-satisfies :class:`H5Group` structurally) and reads attributes, shapes and the small datasets
+module never opens anything: it walks an HDF5 root group handed to it
+(:func:`npystore.h5guard.safe_root` of an h5py ``File``: links are checked before they are
+followed, and a dataset's values are read only through ``read(where)``, which refuses
+external storage and virtual datasets) and reads attributes, shapes and the small datasets
 that are metadata in MATLAB's scheme (characters, object references, the dims of empty
 arrays, classdef object headers). Numeric datasets are never read here: a
 :class:`NumericArray` or :class:`SparseArray` holds the dataset handles, and the IO layer

@@ -91,19 +91,19 @@ def empty_dims(dset: H5Dataset, where: str) -> tuple[int, ...]:
             f"{where}: MATLAB_empty dataset of {dset.dtype} {dset.shape}, expected 2..{MAX_NDIM} "
             "integer dims"
         )
-    dims = np.asarray(dset[()]).reshape(-1)
+    dims = np.asarray(dset.read(where)).reshape(-1)
     if dims.min() < 0 or dims.max() > MAX_DIM:
         raise FormatError(f"{where}: empty value with dims {dims.tolist()}")
     return tuple(int(d) for d in dims)
 
 
-def object_dims(dset: H5Dataset) -> tuple[int, ...]:
+def object_dims(dset: H5Dataset, where: str) -> tuple[int, ...]:
     """The dims in a classdef object's header, or () when the dataset is not one."""
     if dset.dtype.kind != "u" or dset.dtype.itemsize != 4 or dset.shape is None:
         return ()
     if not 4 <= math.prod(dset.shape) <= _MAX_HEADER:
         return ()
-    head = np.asarray(dset[()]).reshape(-1).astype(np.int64)
+    head = np.asarray(dset.read(where)).reshape(-1).astype(np.int64)
     ndim = int(head[1])
     if head[0] != _MCOS_MAGIC or not 2 <= ndim <= min(MAX_NDIM, head.size - 2):
         return ()

@@ -53,7 +53,8 @@ class Attrs(Protocol):
 
 
 class H5Dataset(Protocol):
-    """What is used of an HDF5 dataset (h5py's ``Dataset``)."""
+    """What is used of an HDF5 dataset (:class:`npystore.h5guard.SafeDataset`: an h5py
+    ``Dataset`` whose values are read only through :meth:`read`)."""
 
     @property
     def name(self) -> str | None: ...
@@ -67,12 +68,21 @@ class H5Dataset(Protocol):
     @property
     def dtype(self) -> np.dtype[Any]: ...
 
-    def __getitem__(self, key: Any, /) -> Any: ...
+    def check(self, where: str, /) -> None:
+        """UnsupportedError naming ``where`` when the values would be read from other
+        files (what :meth:`read` checks first)."""
+        ...
+
+    def read(self, where: str, /) -> Any:
+        """All values (h5py's ``dset[()]``), or UnsupportedError naming ``where`` when
+        they would be read from other files (external storage, virtual datasets)."""
+        ...
 
 
 class H5Group(Protocol):
-    """What is used of an HDF5 group (h5py's ``Group`` and ``File``); indexing it with an
-    object reference resolves the reference.
+    """What is used of an HDF5 group (:class:`npystore.h5guard.SafeGroup`: an h5py
+    ``Group`` whose members are opened one checked link at a time, external links
+    refused); indexing it with an object reference resolves the reference.
 
     Groups and datasets must hash and compare equal by the HDF5 object they open (h5py's
     do: file number and object address), so that a value reached twice is recognised.
@@ -189,6 +199,7 @@ class VarInfo(NamedTuple):
     sparse: bool = False
     complex: bool = False
     is_global: bool = False
+    refused: str = ""
 
 
 def char_value(rows: npt.NDArray[Any]) -> Any:

@@ -91,8 +91,19 @@ class Mat73Tree:
 
     def info(self, name: str) -> VarInfo:
         """What ``whos`` shows, from attributes and shapes (plus the tiny dims dataset of
-        an empty value or a classdef object header)."""
-        obj = self.member(name)
+        an empty value or a classdef object header).
+
+        A variable that cannot be read is still listed: without dims when malformed
+        (``parse`` reports the problem), and with ``refused`` set to the reason when
+        npystore refuses it (e.g. an external link, whose target is never looked at, or
+        values in external storage).
+        """
+        try:
+            obj = self.member(name)
+        except UnsupportedError as exc:
+            return VarInfo(name, "unknown", (), refused=str(exc))
+        except FormatError:
+            return VarInfo(name, "unknown", ())
         attrs = obj.attrs
         cls = text(attrs.get("MATLAB_class"))
         is_global = flag(optional(attrs, "MATLAB_global"))
@@ -103,6 +114,8 @@ class Mat73Tree:
                 return self._group_info(name, obj, cls, is_global)
         except FormatError:  # listed without dims; parse(name) reports the problem
             return VarInfo(name, cls or "unknown", (), is_global=is_global)
+        except UnsupportedError as exc:
+            return VarInfo(name, cls or "unknown", (), is_global=is_global, refused=str(exc))
         return VarInfo(name, cls or "unknown", (), is_global=is_global)
 
     # -- parsing ---------------------------------------------------------------------------
@@ -196,7 +209,7 @@ class Mat73Tree:
         if cls in ("struct", "canonical empty"):
             return OpaqueObject(path, cls, dims_of(dset, self._where(path)),
                                 f"a non-empty {cls} stored as a dataset")  # fmt: skip
-        dims = object_dims(dset)
+        dims = object_dims(dset, self._where(path))
         return OpaqueObject(path, cls, dims, f"{cls} objects are {SUBSYSTEM_REASON}")
 
     def _implied_class(self, dset: H5Dataset) -> str:
@@ -268,7 +281,7 @@ class Mat73Tree:
         problem = char_dims_problem(dims)
         if problem:
             raise FormatError(f"{where}: {problem}")
-        units = np.asarray(dset[()]).reshape(-1)  # C order of the HDF5 shape = column-major
+        units = np.asarray(dset.read(where)).reshape(-1)  # HDF5 C order = column-major
         if units.size and (units.min() < 0 or units.max() > 0x10FFFF):
             raise FormatError(f"{where}: char code {int(units.max())} is not a code unit")
         rows = chars_from_units(units, dims, where=where)
@@ -294,7 +307,7 @@ class Mat73Tree:
         numel = math.prod(dims)
         if numel > MAX_ELEMENTS:
             raise UnsupportedError(f"{where}: {numel} elements, more than {MAX_ELEMENTS}")
-        return np.asarray(dset[()], dtype=object).reshape(-1)
+        return np.asarray(dset.read(where), dtype=object).reshape(-1)
 
     def _group(self, group: H5Group, cls: str | None, path: str) -> MatNode | None:
         """A group that is a leaf (sparse, function handle, opaque), or None for a struct."""
@@ -385,13 +398,14 @@ class Mat73Tree:
 
     def _dataset_info(self, name: str, dset: H5Dataset, cls: str | None, glob: bool) -> VarInfo:
         where = self._where(name)
+        dset.check(where)  # refused storage is listed as refused, not with its dims
         attrs = dset.attrs
         if flag(optional(attrs, "MATLAB_empty")):
             cls = "double" if cls in (None, "canonical empty") else cls
             return VarInfo(name, cls, empty_dims(dset, where), is_global=glob)
         cls = cls or self._implied_class(dset)
         if cls not in (*CLASS_DTYPES, "char", "cell", "struct", "canonical empty"):
-            return VarInfo(name, cls, object_dims(dset), is_global=glob)
+            return VarInfo(name, cls, object_dims(dset, where), is_global=glob)
         is_complex = dset.dtype.names is not None
         return VarInfo(name, cls, dims_of(dset, where), complex=is_complex, is_global=glob)
 
@@ -399,6 +413,9 @@ class Mat73Tree:
         where = self._where(name)
         if "MATLAB_sparse" in group.attrs:
             sparse = self._sparse(group, cls, name)
+            for part, dset in (("data", sparse.data), ("ir", sparse.ir), ("jc", sparse.jc)):
+                if dset is not None:  # refused storage is listed as refused
+                    dset.check(f"{where}.{part}")
             is_complex = sparse.dtype.kind == "c"
             return VarInfo(name, sparse.matlab_class, sparse.dims, True, is_complex, glob)
         for member in group:  # a struct array has references in every field: ask one
