@@ -20,7 +20,7 @@ import numpy as np
 
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader
-from npystore.inflate import inflate_into, inflate_range_into
+from npystore.inflate import TAIL, inflate_into, inflate_range_into
 from npystore.layout import (
     ArrayLayout,
     ChunkedExtent,
@@ -228,8 +228,8 @@ def _read_batch(
     if direct:
         reader.readinto_many(direct, parallel=parallel)
         if ledger is not None:
-            for start, view in direct:
-                ledger.record(start, view, reader.read)
+            for start, target in direct:
+                ledger.record(start, target, reader.read)
     if staged:
         datas = reader.read_many([(p.start, p.stop) for p in staged])
         for piece, data in zip(staged, datas, strict=True):
@@ -287,6 +287,10 @@ def _read_deflated(
     inflate time, not requests) from the nearest checkpoint; a contiguous span is inflated
     straight into the output buffer.
     """
+    member = storage.member
+    if storage.nbytes == 0 and member.uncompressed_size <= TAIL:
+        # no data: the member is (about) its header; inflating it checks its checksum
+        inflate_into(reader, member, memoryview(bytearray(member.uncompressed_size)))
     virtual = ArrayLayout(
         layout.dtype, layout.shape, layout.order, RawExtent(storage.data_start, storage.nbytes)
     )

@@ -27,11 +27,13 @@ from typing import Any, Final
 from npystore.errors import FormatError
 from npystore.formats.deflate import crc32
 
-__all__ = ["MAX_SPANS", "TAIL_READ", "CrcLedger", "crc32_combine"]
+__all__ = ["MAX_EXPORT", "MAX_SPANS", "TAIL_READ", "CrcLedger", "crc32_combine"]
 
 #: Most separate (non-adjacent) ranges a ledger keeps; reads scattered over more stop the
 #: bookkeeping for that member (memory stays bounded; the member is then not checked).
 MAX_SPANS: Final = 100_000
+#: Most separate ranges :meth:`CrcLedger.export` writes (a conversion's manifest stays small).
+MAX_EXPORT: Final = 10_000
 #: Most bytes after the array data (not part of any array read) that are fetched to finish a
 #: check; a member with more is not checked.
 TAIL_READ: Final = 64 * 2**10
@@ -255,6 +257,64 @@ class CrcLedger:
             )
         if tail is not None and fetch is not None:
             self.record(tail[0], fetch(*tail))
+
+    # -- persistence (a resumable conversion keeps the ranges it read) -------------------
+
+    def export(self) -> dict[str, Any] | None:
+        """The state as JSON: ``{"verified": true}``, or ``{"spans": [[start, stop, crc],
+        ...]}`` (absolute offsets) while tracking; ``None`` when the member cannot be
+        checked or more than :data:`MAX_EXPORT` ranges are apart."""
+        with self._lock:
+            if self._state == _VERIFIED:
+                return {"verified": True}
+            if self._state != _TRACKING or len(self._starts) > MAX_EXPORT:
+                return None
+            return {"spans": [[a, *self._spans[a]] for a in self._starts]}
+
+    def restore(self, doc: Any, *, where: str) -> None:
+        """Add what :meth:`export` returned (in an earlier process, for the same object:
+        the caller checks the object's identity).
+
+        Raises
+        ------
+        FormatError
+            ``doc`` is not what :meth:`export` writes for this member.
+        """
+        if not isinstance(doc, dict):
+            raise FormatError(f"{where}: CRC state is {type(doc).__name__}, expected an object")
+        if doc.get("verified") is True:
+            with self._lock:
+                self._state = _VERIFIED
+                self._starts.clear()
+                self._spans.clear()
+            return
+        spans = doc.get("spans")
+        if not isinstance(spans, list):
+            raise FormatError(f"{where}: CRC state without a list of spans")
+        for span in spans:
+            ok = (
+                isinstance(span, list)
+                and len(span) == 3
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in span)
+                and self.start <= span[0] < span[1] <= self.end
+                and 0 <= span[2] < 2**32
+            )
+            if not ok:
+                raise FormatError(
+                    f"{where}: CRC span {span!r} is not [start, stop, crc] within the member's "
+                    f"bytes [{self.start}, {self.end})"
+                )
+        with self._lock:
+            if self._state != _TRACKING:
+                return
+            self._starts.clear()  # what was exported includes the head
+            self._spans.clear()
+            for a, b, crc in spans:
+                if self._gaps(a, b) == [(a, b)]:
+                    self._insert(a, b, crc)
+            head = (self.start, self.start + self.head_size)
+            if self.head_size and self._gaps(*head) == [head]:
+                self._insert(*head, self.head_crc)
 
     # -- bookkeeping (under the lock) ------------------------------------------------------
 

@@ -202,9 +202,7 @@ class NpzFile(Mapping[str, Any]):
             buf = bytearray(entry.uncompressed_size)
             inflate_into(self.archive.reader, _deflated_member(info), memoryview(buf))
             return bytes(buf)
-        data = self.archive.reader.read(
-            info.data_offset, info.data_offset + entry.compressed_size
-        )
+        data = self.archive.reader.read(info.data_offset, info.data_offset + entry.compressed_size)
         crc = deflate.crc32(data)
         if crc != entry.crc32:
             raise FormatError(
