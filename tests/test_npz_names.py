@@ -8,6 +8,7 @@ Oracles: ``numpy.load`` (keys, ``files``, values) and ``scipy.io.loadmat``.
 from __future__ import annotations
 
 import io
+import json
 import warnings
 import zipfile
 from pathlib import Path
@@ -20,6 +21,7 @@ import xarray as xr
 import zarr
 
 import npystore
+from npystore import cli
 from npystore.archive import member_key, unique_keys
 from npystore.convert import MANIFEST_KEY, convert
 from npystore.faces.zarr_store import MAX_NODE_NAME, node_name
@@ -191,3 +193,13 @@ def test_convert_awkward_mat_names(tmp_path: Path) -> None:
     np.testing.assert_array_equal(group["s/%2Ehidden"][...], ref["s"][".hidden"][0, 0])
     np.testing.assert_array_equal(group["ok"][...], ref["ok"])
     assert group["zarr%2Ejson"].attrs["matlab_name"] == "zarr.json"
+
+
+def test_cli_info_lists_every_member(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_npz(tmp_path / "c.npz", {"x.npy": np.arange(3), "x": np.eye(2)})
+    assert cli.main(["info", str(path), "--json"]) == 0
+    members = json.loads(capsys.readouterr().out)["members"]
+    assert [(m["name"], m["member"], m["shape"]) for m in members] == [
+        ("x.npy", "x.npy", [3]),
+        ("x", "x", [2, 2]),
+    ]
