@@ -20,7 +20,7 @@ import numpy as np
 
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader
-from npystore.inflate import inflate_into, inflate_range_into
+from npystore.inflate import TAIL, inflate_into, inflate_range_into
 from npystore.layout import (
     ArrayLayout,
     ChunkedExtent,
@@ -196,6 +196,8 @@ def read_selection(
     dtype = layout.dtype
     nbytes = math.prod(plan.shape) * dtype.itemsize
     if nbytes == 0 or plan.pieces == 0:
+        if isinstance(storage, RawExtent) and storage.crc is not None and storage.nbytes == 0:
+            storage.crc.record(storage.offset, b"", reader.read)  # a member without data
         return np.ndarray(plan.shape, dtype=dtype, order=layout.order)
     buf = np.empty(nbytes, dtype=np.uint8)
     out: np.ndarray[Any, Any] = np.ndarray(plan.shape, dtype=dtype, buffer=buf, order=layout.order)
@@ -222,11 +224,18 @@ def _read_batch(
             direct.append((piece.start, raw[o : o + piece.stop - piece.start]))
         else:
             staged.append(piece)
+    storage = plan.layout.storage
+    ledger = storage.crc if isinstance(storage, RawExtent) else None
     if direct:
         reader.readinto_many(direct, parallel=parallel)
+        if ledger is not None:
+            for start, target in direct:
+                ledger.record(start, target, reader.read)
     if staged:
         datas = reader.read_many([(p.start, p.stop) for p in staged])
         for piece, data in zip(staged, datas, strict=True):
+            if ledger is not None:
+                ledger.record(piece.start, data, reader.read)
             view: np.ndarray[Any, Any] = np.ndarray(
                 piece.shape, dtype=plan.layout.dtype, buffer=data, strides=plan.strides
             )
@@ -279,6 +288,10 @@ def _read_deflated(
     inflate time, not requests) from the nearest checkpoint; a contiguous span is inflated
     straight into the output buffer.
     """
+    member = storage.member
+    if storage.nbytes == 0 and member.uncompressed_size <= TAIL:
+        # no data: the member is (about) its header; inflating it checks its checksum
+        inflate_into(reader, member, memoryview(bytearray(member.uncompressed_size)))
     virtual = ArrayLayout(
         layout.dtype, layout.shape, layout.order, RawExtent(storage.data_start, storage.nbytes)
     )
@@ -322,6 +335,8 @@ def _load_pickled(reader: RangeReader, layout: ArrayLayout) -> np.ndarray[Any, A
         data = bytes(whole[storage.data_start :])
     elif isinstance(storage, RawExtent | PickledExtent):
         data = reader.read(storage.offset, storage.offset + storage.nbytes)
+        if storage.crc is not None:
+            storage.crc.record(storage.offset, data, reader.read)
     else:
         raise TypeError(f"object arrays are never stored as {type(storage).__name__}")
     options = layout.unpickle or Unpickle()

@@ -14,10 +14,11 @@ extra field in every local header that the central directory lacks.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from npystore.crccheck import CrcLedger
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader
 from npystore.formats import deflate, npy, zipdir
@@ -32,7 +33,7 @@ from npystore.layout import (
     Unpickle,
 )
 
-__all__ = ["MemberInfo", "ZipArchive"]
+__all__ = ["MemberInfo", "ZipArchive", "member_key", "resolve_key", "unique_keys"]
 
 #: Bytes read beyond a local header's fixed part and name: room for its extra fields.
 _EXTRA_SLACK: Final = 64
@@ -69,12 +70,16 @@ class MemberInfo:
         Absolute offset of its (compressed) data, from the local header.
     header : NpyHeader or None
         Its npy header; ``None`` for a member that is not an ``.npy`` file.
+    head_crc : int or None
+        CRC-32 of the member's bytes before the array data (its npy header), for stored
+        ``.npy`` members: with the CRC-32s of the data read later it checks the member.
     """
 
     key: str
     entry: zipdir.ZipEntry
     data_offset: int
     header: npy.NpyHeader | None
+    head_crc: int | None = None
 
     @property
     def compressed(self) -> bool:
@@ -85,6 +90,33 @@ class MemberInfo:
 def member_key(name: str) -> str:
     """The key numpy gives a member: its name without a trailing ``.npy``."""
     return name[:-4] if name.endswith(".npy") else name
+
+
+def resolve_key(key: str, names: Collection[str]) -> str | None:
+    """The member ``numpy.load(...)[key]`` reads, as numpy's ``NpzFile`` resolves it: a
+    member named exactly ``key`` first, else ``key + ".npy"``; ``None`` when neither is."""
+    if key in names:
+        return key
+    if key + ".npy" in names:
+        return key + ".npy"
+    return None
+
+
+def unique_keys(names: Sequence[str]) -> dict[str, str]:
+    """Member name -> the key that reads it, distinct for every member.
+
+    A member's key is its name without ``.npy`` (numpy's ``files``), unless another member
+    is named exactly that: numpy then reads that other member for the key (members ``x``
+    and ``x.npy`` both list as ``x``; ``numpy.load(p)["x"]`` reads ``x``), and the shadowed
+    member keeps its full name (``x.npy``), which numpy resolves to it. Every key is one
+    that ``numpy.load(p)[key]`` reads its member by, so no two members share one.
+    """
+    exact = set(names)
+    out: dict[str, str] = {}
+    for name in names:
+        key = member_key(name)
+        out[name] = key if key == name or key not in exact else name
+    return out
 
 
 class ZipArchive:
@@ -169,6 +201,7 @@ class ZipArchive:
         self.entries = {e.name: e for e in self.directory.entries}
         self._infos: dict[str, MemberInfo] = {}
         self._slots: dict[str, IndexSlot] = {}
+        self._ledgers: dict[str, CrcLedger] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -176,7 +209,12 @@ class ZipArchive:
 
     def __getstate__(self) -> dict[str, Any]:
         with self._lock:
-            state = dict(self.__dict__, _infos=dict(self._infos), _slots=dict(self._slots))
+            state = dict(
+                self.__dict__,
+                _infos=dict(self._infos),
+                _slots=dict(self._slots),
+                _ledgers=dict(self._ledgers),
+            )
         del state["_lock"]
         return state
 
@@ -313,11 +351,15 @@ class ZipArchive:
             if entry.method == STORED and len(text) >= npy.PREAMBLE_MAX_LEN:
                 grow = npy.parse_preamble(text, source=source).data_offset
             return within + min(entry.compressed_size, grow)
+        head_crc = None
+        if entry.method == STORED and header is not None:
+            head_crc = deflate.crc32(text[: header.data_offset])
         self._infos[name] = MemberInfo(
             key=member_key(name),
             entry=entry,
             data_offset=local.data_offset,
             header=header,
+            head_crc=head_crc,
         )
         return None
 
@@ -357,11 +399,36 @@ class ZipArchive:
                 member, header.data_offset, nbytes, slot
             )
         elif header.is_pickled:
-            storage = PickledExtent(info.data_offset + header.data_offset, nbytes)
+            storage = PickledExtent(
+                info.data_offset + header.data_offset, nbytes, self._ledger(info, nbytes)
+            )
         else:
-            storage = RawExtent(info.data_offset + header.data_offset, nbytes)
+            storage = RawExtent(
+                info.data_offset + header.data_offset, nbytes, self._ledger(info, nbytes)
+            )
         options = unpickle if header.is_pickled else None
         return ArrayLayout(header.dtype, header.shape, order, storage, options)
+
+    def _ledger(self, info: MemberInfo, nbytes: int) -> CrcLedger | None:
+        """The CRC-32 ledger of a stored ``.npy`` member (one per member, shared by every
+        array read from it in this process)."""
+        if info.header is None or info.head_crc is None:
+            return None
+        name = info.entry.name
+        with self._lock:
+            ledger = self._ledgers.get(name)
+            if ledger is None:
+                ledger = CrcLedger(
+                    f"{self.url}:{name}",
+                    info.data_offset,
+                    info.entry.uncompressed_size,
+                    info.entry.crc32,
+                    info.header.data_offset,
+                    info.head_crc,
+                    nbytes,
+                )
+                self._ledgers[name] = ledger
+            return ledger
 
     def index_slot(self, name: str) -> IndexSlot | None:
         """The index slot of a deflated member (``None`` for stored ones)."""

@@ -234,7 +234,7 @@ def _npz_info(url: str, reader: RangeReader) -> dict[str, Any]:
     size = reader.size
     npz.headers  # noqa: B018 - one batch of range reads for every member header
     members = []
-    for key in npz.files:
+    for key in npz.member_keys.values():  # one per member (x and x.npy are x and x.npy)
         info = npz.info(key)
         h, e = info.header, info.entry
         storage = {0: "stored", 8: "deflated"}.get(e.method, f"method {e.method}")

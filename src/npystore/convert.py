@@ -54,12 +54,14 @@ from zarr.core.sync import sync
 import npystore
 from npystore.access import LayoutArray
 from npystore.archive import DEFAULT_MAX_MEMBERS
-from npystore.errors import NpystoreError, UnsupportedError
+from npystore.crccheck import CrcLedger
+from npystore.errors import FormatError, NpystoreError, UnsupportedError
 from npystore.faces.dask import normalize_layout_chunks, to_dask
 from npystore.faces.dtypes import zarr_dtype_for
 from npystore.faces.zarr_store import ArrayNode, GroupNode, node_name
 from npystore.fetch import open_reader
 from npystore.formats import npy
+from npystore.layout import RawExtent
 from npystore.progress import Progress, format_size
 from npystore.stores import store_nodes
 
@@ -354,13 +356,27 @@ def _stored_chunks(keys: set[str], plans: list[_ArrayPlan]) -> dict[str, set[int
 
 
 class _Manifest:
-    """The progress record in the store, rewritten atomically (one object/file per write)."""
+    """The progress record in the store, rewritten atomically (one object/file per write).
 
-    def __init__(self, store: Store, doc: dict[str, Any], interval: float) -> None:
+    Besides the chunks written it keeps the CRC-32 bookkeeping of stored ``.npz`` members
+    (:meth:`~npystore.crccheck.CrcLedger.export`: the byte ranges read so far and their
+    CRC-32s), so a member read partly by one run and partly by a resumed one is still
+    checked, and the error of a run that found the source corrupt (``failed``), so a
+    resumed run does not write the rest of a corrupt member.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        doc: dict[str, Any],
+        interval: float,
+        ledgers: Mapping[str, CrcLedger] | None = None,
+    ) -> None:
         self.store = store
         self.doc = doc
         self.interval = interval
         self.done: dict[str, set[int]] = {}
+        self.ledgers = dict(ledgers or {})
         self._lock = threading.Lock()
         self._last = time.monotonic()
 
@@ -370,15 +386,29 @@ class _Manifest:
             if time.monotonic() - self._last >= self.interval:
                 self._write()
 
-    def flush(self, *, complete: bool = False) -> None:
+    def flush(self, *, complete: bool = False, failed: str | None = None) -> None:
         with self._lock:
             self.doc["complete"] = complete
+            if failed is not None:
+                self.doc["failed"] = failed
             self._write()
 
     def _write(self) -> None:
         self.doc["done"] = {path: _ranges(done) for path, done in self.done.items()}
+        crc = {path: ledger.export() for path, ledger in self.ledgers.items()}
+        self.doc["crc"] = {path: state for path, state in crc.items() if state is not None}
         _put_json(self.store, MANIFEST_KEY, self.doc)
         self._last = time.monotonic()
+
+
+def _ledgers(plans: list[_ArrayPlan]) -> dict[str, CrcLedger]:
+    """The CRC-32 ledgers of the arrays read from stored ``.npz`` members."""
+    out: dict[str, CrcLedger] = {}
+    for a in plans:
+        storage = a.array.layout.storage
+        if isinstance(storage, RawExtent) and storage.crc is not None:
+            out[a.path] = storage.crc
+    return out
 
 
 def _compressors(compressor: str, level: int | None) -> tuple[list[Any] | None, int | None]:
@@ -618,12 +648,23 @@ def convert(
         _put_json(store, MANIFEST_KEY, found)
     else:
         _check_resume(found, expected, out)
+        if found.get("failed"):
+            raise FormatError(
+                f"{found['failed']} (found by an earlier run of this conversion, recorded in "
+                f"{out}/{MANIFEST_KEY}; the source is unchanged; pass overwrite "
+                "(--overwrite) to read it again)"
+            )
         keys = _keys(store)
         stale = {k for k in keys if _STALE_PARTIAL.fullmatch(k.rsplit("/", 1)[-1])}
         for key in stale:  # half-written chunks of a killed run: never read, now removed
             sync(store.delete(key))
         keys -= stale
-    manifest = _Manifest(store, found, checkpoint_interval)
+    ledgers = _ledgers(plan.arrays)
+    saved_crc = found.get("crc") or {}
+    for path, ledger in ledgers.items():
+        if path in saved_crc:
+            ledger.restore(saved_crc[path], where=f"{out}/{MANIFEST_KEY} ({path})")
+    manifest = _Manifest(store, found, checkpoint_interval, ledgers)
     recorded = found.get("done") or {}
     stored = _stored_chunks(keys, plan.arrays)
     for a in plan.arrays:
@@ -665,6 +706,10 @@ def convert(
             compute(  # type: ignore[no-untyped-call]
                 *tasks, scheduler="threads", num_workers=workers or max(4, os.cpu_count() or 1)
             )
+    except FormatError as exc:  # the source is corrupt: a resumed run must fail too
+        writer.stop.set()
+        manifest.flush(failed=str(exc))
+        raise
     except BaseException:
         writer.stop.set()
         manifest.flush()

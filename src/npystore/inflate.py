@@ -20,9 +20,9 @@ import os
 import threading
 import zlib
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
-from npystore.errors import FormatError
+from npystore.errors import ConsistencyError, FetchError, FormatError
 from npystore.fetch import RangeReader, read_cache_file, write_cache_file
 from npystore.formats import deflate
 from npystore.formats.deflate import DeflateIndex
@@ -49,6 +49,9 @@ HEAD_FRACTION: Final = 8
 #: Members with at most this many compressed bytes are inflated from their start (one read,
 #: a few milliseconds) rather than indexed.
 SMALL_MEMBER: Final = STREAM_BLOCK
+#: A pass from the start that stops at most this many bytes before the member's end goes on
+#: to the end, so that it checks the CRC-32 (bytes some writers leave after the array data).
+TAIL: Final = 64 * 2**10
 
 
 class _CompressedBlocks:
@@ -200,7 +203,7 @@ def build_index(
                 f.export_index(exported, rapidgzip.IndexFormat.INDEXED_GZIP)
         except (ValueError, RuntimeError, OSError) as exc:
             # rapidgzip reports corrupt streams and CRC mismatches as ValueError
-            raise FormatError(f"{source}: the deflate stream is corrupt: {exc}") from None
+            _explain_failure(reader, member, exc)
         _check_full_pass(source, member, total, crc)
     else:
         import indexed_gzip  # noqa: PLC0415
@@ -216,7 +219,7 @@ def build_index(
                 f.build_full_index()
                 f.export_index(fileobj=exported)
         except (indexed_gzip.ZranError, ValueError, OSError) as exc:
-            raise FormatError(f"{source}: the deflate stream is corrupt: {exc}") from None
+            _explain_failure(reader, member, exc)
 
     return deflate.parse_gzidx(
         exported.getvalue(),
@@ -224,6 +227,22 @@ def build_index(
         compressed_size=member.compressed_size,
         source=source,
     )
+
+
+def _explain_failure(reader: RangeReader, member: DeflatedMember, exc: BaseException) -> NoReturn:
+    """Raise a precise FormatError for an index build that failed.
+
+    The builders say only that something failed (``ZRAN_BUILD_INDEX_CRC_ERROR``): one more
+    sequential pass (only on this error path) says what: corrupt deflate data, a wrong size,
+    or the computed and the recorded CRC-32.
+    """
+    source = f"{reader.url}:{member.name}"
+    if isinstance(exc, FetchError | ConsistencyError):
+        raise exc
+    sums = _stream(reader, member, memoryview(b""), 0, to_end=True)
+    crc, adler = sums if sums is not None else (0, 1)
+    _check_full_pass(source, member, member.uncompressed_size, crc, adler)
+    raise FormatError(f"{source}: the deflate stream is corrupt: {exc}") from None
 
 
 def index_cache_path(reader: RangeReader, member: DeflatedMember, cache_dir: str) -> str:
@@ -317,18 +336,24 @@ def _sliced(pieces: Iterator[bytes]) -> Iterator[memoryview]:
 
 
 def _stream(
-    reader: RangeReader, member: DeflatedMember, out: memoryview, skip: int
+    reader: RangeReader,
+    member: DeflatedMember,
+    out: memoryview,
+    skip: int,
+    *,
+    to_end: bool = False,
 ) -> tuple[int, int] | None:
     """Inflate from the start; write output bytes ``[skip, skip + len(out))`` into ``out``.
 
-    Returns the CRC-32 and Adler-32 of the whole output when ``out`` reaches the member's
-    end (the whole stream was consumed and checked against the declared size), else
-    ``None``. Each checksum is computed only when the member declares it (else 0 / 1).
+    With ``to_end`` (or when ``out`` reaches the member's end) the whole stream is inflated
+    (output past ``out`` is discarded) and checked against the declared size, and the
+    CRC-32 and Adler-32 of the whole output are returned; else ``None``. Each checksum is
+    computed only when the member declares it (else 0 / 1).
     """
     source = f"{reader.url}:{member.name}"
     size = member.uncompressed_size
     want = skip + out.nbytes
-    whole = want == size
+    whole = to_end or want == size
     d = deflate.raw_decompressobj()
     produced = 0
     crc = 0
@@ -359,8 +384,9 @@ def _stream(
                 return None
             if not chunk:
                 break
-    if produced < want:
-        raise FormatError(f"{source}: deflate stream ended after {produced} bytes, expected {want}")
+    need = size if whole else want
+    if produced < need:
+        raise FormatError(f"{source}: deflate stream ended after {produced} bytes, expected {need}")
     return crc, adler
 
 
@@ -382,6 +408,17 @@ def inflate_range_into(
     installed; without one, for a small member (:data:`SMALL_MEMBER`), or for a range in
     the first ``1 / HEAD_FRACTION`` of a member not indexed yet, inflates sequentially from
     the start.
+
+    Every pass over the whole member checks its CRC-32 (ZIP) or Adler-32 (zlib): building
+    the index, and a sequential pass whose range ends within :data:`TAIL` bytes of the
+    member's end (it goes on to the end). So reading every chunk of a member checks it at
+    least once, whatever the chunks; a range read from a checkpoint, or a sequential pass
+    that stops earlier, cannot check it.
+
+    Raises
+    ------
+    FormatError
+        Corrupt deflate data, a wrong size or a checksum mismatch.
     """
     stop = start + out.nbytes
     if not 0 <= start <= stop <= member.uncompressed_size:
@@ -397,7 +434,13 @@ def inflate_range_into(
     else:
         index = slot.ensure(functools.partial(build_or_load_index, reader, member, slot.cache_dir))
     if index is None:
-        _stream(reader, member, out, start)
+        # a pass that ends near the member's end goes on to it, and checks the checksum
+        sums = _stream(reader, member, out, start, to_end=member.uncompressed_size - stop <= TAIL)
+        if sums is not None:
+            crc, adler = sums
+            _check_full_pass(
+                f"{reader.url}:{member.name}", member, member.uncompressed_size, crc, adler
+            )
         return
     checkpoint, byte_start, byte_stop = index.locate(start, stop)
     compressed = reader.read(member.offset + byte_start, member.offset + byte_stop)

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from npystore.crccheck import CrcLedger
 from npystore.formats.deflate import DeflateIndex
 
 __all__ = [
@@ -54,18 +55,25 @@ Hyperslab = tuple[tuple[int, int, int], ...]
 
 @dataclass(frozen=True, slots=True)
 class RawExtent:
-    """The elements are stored uncompressed, back to back, starting at ``offset``."""
+    """The elements are stored uncompressed, back to back, starting at ``offset``.
+
+    ``crc`` (stored ``.npz`` members) collects the CRC-32 of what is read, to check the
+    member once all of it has been read; it takes no part in equality or dask names.
+    """
 
     offset: int
     nbytes: int
+    crc: CrcLedger | None = field(default=None, compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
 class PickledExtent:
-    """The array is a pickle stream from ``offset`` to ``offset + nbytes`` (object arrays)."""
+    """The array is a pickle stream from ``offset`` to ``offset + nbytes`` (object arrays);
+    ``crc`` as for :class:`RawExtent`."""
 
     offset: int
     nbytes: int
+    crc: CrcLedger | None = field(default=None, compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +303,8 @@ def storage_token(storage: Storage) -> object:
                 for p in parts
             ),
         )
+    if isinstance(storage, RawExtent | PickledExtent) and storage.crc is not None:
+        return type(storage)(storage.offset, storage.nbytes)  # the same token as unchecked
     return storage
 
 

@@ -1,7 +1,10 @@
 """``.npz`` archives as a lazy, read-only mapping of dask arrays: :func:`open_npz`.
 
 :class:`NpzFile` behaves like numpy's ``NpzFile``: keys are member names without ``.npy``, in
-the archive's order (``files``); ``npz["x"]`` and ``npz["x.npy"]`` are the same member. Each
+the archive's order (``files``); ``npz["x"]`` and ``npz["x.npy"]`` are the same member (when
+an archive holds members ``x`` and ``x.npy``, both list as ``x``, ``npz["x"]`` is member ``x``
+and ``npz["x.npy"]`` member ``x.npy``, as in numpy; :attr:`NpzFile.member_keys` gives every
+member a key of its own). Each
 value is a lazy dask array (a member that is not an ``.npy`` file gives its bytes, as numpy
 does). Headers (dtype, shape, order) are read in one concurrent batch for all members, without
 reading data.
@@ -29,11 +32,13 @@ from npystore.archive import (
     MemberInfo,
     ZipArchive,
     member_key,
+    resolve_key,
+    unique_keys,
 )
 from npystore.errors import FormatError
 from npystore.faces.dask import DEFAULT_MAX_CHUNKS, to_dask
 from npystore.fetch import RangeReader, open_reader
-from npystore.formats import npy
+from npystore.formats import deflate, npy
 from npystore.inflate import build_or_load_index, inflate_into
 from npystore.layout import DeflatedMember, Unpickle
 
@@ -81,19 +86,23 @@ class NpzFile(Mapping[str, Any]):
         self._unpickle = unpickle
         self._max_chunks = max_chunks
         self.f = _Members(self)
-        self._by_key = {member_key(name): name for name in archive.names}
-        self.files: list[str] = list(self._by_key)
+        names = archive.names
+        #: Keys in archive order, as numpy lists them (``x`` and ``x.npy`` both give ``x``).
+        self.files: list[str] = [member_key(name) for name in names]
+        #: Member name -> a key that reads it, distinct per member (see
+        #: :func:`npystore.archive.unique_keys`).
+        self.member_keys: dict[str, str] = unique_keys(names)
         self._arrays: dict[str, Any] = {}
         self._lock = threading.Lock()
 
     # -- Mapping ---------------------------------------------------------------------------
 
     def _name(self, key: str) -> str:
-        if key in self._by_key:
-            return self._by_key[key]
-        if key in self.archive.entries:
-            return key
-        raise KeyError(f"{key!r} is not a file in the archive {self.url}")
+        # numpy's order: a member named exactly ``key``, else ``key + ".npy"``
+        name = resolve_key(key, self.archive.entries)
+        if name is None:
+            raise KeyError(f"{key!r} is not a file in the archive {self.url}")
+        return name
 
     def __getitem__(self, key: str) -> Any:
         name = self._name(key)
@@ -121,7 +130,7 @@ class NpzFile(Mapping[str, Any]):
         return len(self.files)
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and (key in self._by_key or key in self.archive.entries)
+        return isinstance(key, str) and resolve_key(key, self.archive.entries) is not None
 
     def __repr__(self) -> str:
         return f"NpzFile({self.url!r}, files={self.files!r})"
@@ -151,12 +160,15 @@ class NpzFile(Mapping[str, Any]):
 
     @property
     def headers(self) -> dict[str, npy.NpyHeader]:
-        """The npy header of every ``.npy`` member (one concurrent batch of range reads).
+        """The npy header of every ``.npy`` member (one concurrent batch of range reads),
+        by :attr:`member_keys` key.
 
         ``data_offset`` is relative to the member's uncompressed data.
         """
         infos = self.archive.resolve(self.archive.names)
-        return {i.key: i.header for i in infos.values() if i.header is not None}
+        return {
+            self.member_keys[name]: i.header for name, i in infos.items() if i.header is not None
+        }
 
     def info(self, key: str) -> MemberInfo:
         """Directory entry, data offset and npy header of one member."""
@@ -194,12 +206,21 @@ class NpzFile(Mapping[str, Any]):
             )
 
     def _member_bytes(self, info: MemberInfo) -> bytes:
+        """A member that is not an ``.npy`` file, read whole and CRC-checked (as numpy)."""
         entry = info.entry
         if info.compressed:
             buf = bytearray(entry.uncompressed_size)
             inflate_into(self.archive.reader, _deflated_member(info), memoryview(buf))
             return bytes(buf)
-        return self.archive.reader.read(info.data_offset, info.data_offset + entry.compressed_size)
+        data = self.archive.reader.read(info.data_offset, info.data_offset + entry.compressed_size)
+        crc = deflate.crc32(data)
+        if crc != entry.crc32:
+            raise FormatError(
+                f"{self.url}:{entry.name}: CRC-32 of the member's data is {crc:08x}, the ZIP "
+                f"directory says {entry.crc32:08x}: the member is corrupt (numpy.load raises "
+                "BadZipFile)"
+            )
+        return data
 
 
 class NpzArrays(Mapping[str, Any]):

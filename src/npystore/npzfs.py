@@ -15,6 +15,7 @@ the archive's tail (one request, rarely two), and opening a member reads its loc
 - A *stored* member (``numpy.savez``) is a byte range of the archive: every read is a
   direct range read of exactly the bytes asked for (the first read, and each one that
   continues the previous one, also read ahead, doubling from 64 KiB up to ``block_size``).
+  Once the reads of a file have covered the whole member, its CRC-32 is checked.
 - A *deflated* member (``numpy.savez_compressed``) is read by inflating: forwards in one
   sequential pass, fetching compressed bytes in growing pieces; a seek backwards restarts
   from the member's start, or from the nearest checkpoint when the member has a deflate
@@ -43,6 +44,7 @@ from fsspec.registry import known_implementations, register_implementation, regi
 from fsspec.spec import AbstractBufferedFile
 
 from npystore.archive import MemberInfo, ZipArchive
+from npystore.crccheck import CrcLedger
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader, open_reader, read_cache_file
 from npystore.formats import deflate
@@ -306,16 +308,29 @@ class _MemberFile(AbstractBufferedFile):  # type: ignore[misc]
 
 
 class StoredMemberFile(_MemberFile):
-    """A stored member: each read is a range read of the archive at the member's data."""
+    """A stored member: each read is a range read of the archive at the member's data.
+
+    The CRC-32s of the ranges read are collected (:class:`~npystore.crccheck.CrcLedger`):
+    the read that completes the member (a sequential read to the end, or any reads that
+    together cover it) checks it against the ZIP directory's CRC-32.
+    """
+
+    def __init__(self, fs: NpzFileSystem, info: MemberInfo, **kwargs: Any) -> None:
+        e = info.entry
+        self.ledger = CrcLedger(
+            f"{fs.url}:{e.name}", info.data_offset, e.uncompressed_size, e.crc32, 0, 0,
+            e.uncompressed_size,
+        )  # fmt: skip
+        super().__init__(fs, info, **kwargs)
 
     def _fetch_range(self, start: int, end: int) -> bytes:
         end = min(end, self.size)
         if start >= end:
             return b""
         buf = bytearray(end - start)
-        self.reader.readinto_many(
-            [(self.member.data_offset + start, memoryview(buf))], parallel=True
-        )
+        offset = self.member.data_offset + start
+        self.reader.readinto_many([(offset, memoryview(buf))], parallel=True)
+        self.ledger.record(offset, buf)
         return bytes(buf)
 
 

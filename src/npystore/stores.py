@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from npystore.access import LayoutArray
 from npystore.api import open_layout_array, read_prefix, sniff
-from npystore.archive import DEFAULT_MAX_MEMBERS, ZipArchive
+from npystore.archive import DEFAULT_MAX_MEMBERS, ZipArchive, unique_keys
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader, open_reader
 from npystore.formats import npy
@@ -42,8 +42,10 @@ def store_nodes(reader: RangeReader, *, max_header_size: int, max_members: int) 
     if kind == "npz":
         archive = ZipArchive(reader, max_header_size=max_header_size, max_members=max_members)
         infos = archive.resolve(archive.names)
+        keys = unique_keys(archive.names)
         nodes: dict[str, Node] = {}
         skipped: dict[str, str] = {}
+        renamed: dict[str, str] = {}
         for name, info in infos.items():
             if info.header is None:
                 skipped[name] = "not an .npy member"
@@ -53,15 +55,21 @@ def store_nodes(reader: RangeReader, *, max_header_size: int, max_members: int) 
                 continue
             layout = archive.layout(name)
             array = LayoutArray(reader, layout, source=f"{reader.url}:{name}")
-            safe = node_name(info.key)
+            key = keys[name]  # as numpy reads it: members x and x.npy are x and x.npy
+            safe = node_name(key)
+            if safe != info.key:
+                renamed[name] = safe
             nodes[safe] = ArrayNode(
                 array,
-                attributes={"npystore": {"member": name, "key": info.key}},
+                attributes={"npystore": {"member": name, "key": key}},
                 dimension_prefix=f"{safe}_",
             )
         root_attrs = dict(about)
-        if skipped:
-            root_attrs["npystore"] = {**about["npystore"], "skipped": skipped}
+        extra = {"skipped": skipped} if skipped else {}
+        if renamed:
+            extra["renamed"] = renamed
+        if extra:
+            root_attrs["npystore"] = {**about["npystore"], **extra}
         nodes[""] = GroupNode(root_attrs)
         return nodes
     if kind == "mat":
@@ -90,8 +98,12 @@ def open_store(
 
     An ``.npy`` file is an array at the root (``zarr.open_array(store, mode="r")``); an
     ``.npz`` archive is a group with one array per ``.npy`` member
-    (``zarr.open_group(store, mode="r")``), named by the member's key (percent-encoded where
-    a key is not a safe Zarr name; the original is in the array's attributes). The root
+    (``zarr.open_group(store, mode="r")``), named by the member's key (as
+    :func:`~npystore.faces.zarr_store.node_name` makes it safe: percent-encoded, reserved
+    names escaped, long names shortened; when members ``x`` and ``x.npy`` both exist they
+    are ``x`` and ``x.npy``, the keys numpy reads them by). Each array's attributes name its
+    member (``npystore.member``); the root's ``npystore.renamed`` maps every member whose
+    node name is not its key to that node name. The root
     carries consolidated metadata, so zarr needs no listing. Chunks are computed from byte
     ranges of the file on demand; deflated members are served through their checkpoint
     index.

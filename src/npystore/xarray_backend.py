@@ -9,7 +9,9 @@ with npystore's own chunking (contiguous byte ranges, or whole stored chunks).
 Mapping (see ``docs/howto-xarray.md``):
 
 - ``.npy``: one variable ``data`` with dimensions ``dim_0``, ``dim_1``, ...
-- ``.npz``: one variable per ``.npy`` member, named by its key (``.npy`` stripped), with
+- ``.npz``: one variable per ``.npy`` member, named by its key (``.npy`` stripped; when
+  members ``x`` and ``x.npy`` both exist they are ``x`` and ``x.npy``, the keys
+  ``numpy.load`` reads them by), with
   dimensions ``<key>_dim_0``, ``<key>_dim_1``, ... (so members of different shapes never
   clash); members that are not ``.npy`` files are skipped with a
   :class:`SkippedVariableWarning`.
@@ -474,7 +476,9 @@ class _Opened:
             )
         headers = npz.headers  # every member's header, in one concurrent batch
         out: dict[str, _VariableMaker] = {}
-        for member in npz.files:
+        # one variable per member, named by the key numpy reads it by (members x and x.npy
+        # are variables x and x.npy)
+        for member in npz.member_keys.values():
             key = member[len(prefix) :]
             if not member.startswith(prefix) or key in drop or (tree and "/" in key):
                 continue

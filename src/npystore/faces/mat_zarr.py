@@ -54,11 +54,21 @@ def mat_nodes(
     *,
     root_attributes: Mapping[str, Any],
 ) -> dict[str, Node]:
-    """The hierarchy of a MAT-file: the root group and one node tree per variable."""
-    nodes: dict[str, Node] = {"": GroupNode(dict(root_attributes))}
+    """The hierarchy of a MAT-file: the root group and one node tree per variable.
+
+    Every variable or field whose node name is not its own name (see
+    :func:`~npystore.faces.zarr_store.node_name`) is listed in the root's
+    ``npystore.renamed`` attribute (its path in the file, names ``/``-joined -> its node
+    path) and keeps its name in its node's ``matlab_name`` attribute.
+    """
+    nodes: dict[str, Node] = {}
+    renamed: dict[str, str] = {}
     for name, node in variables.items():
-        _add(nodes, reader, node_name(name), name, node)
-    return nodes
+        _add(nodes, reader, node_name(name), name, node, name, renamed)
+    root = dict(root_attributes)
+    if renamed:
+        root["npystore"] = {**root.get("npystore", {}), "renamed": renamed}
+    return {"": GroupNode(root), **nodes}
 
 
 def _attrs(node: MatNode, name: str, **more: Any) -> dict[str, Any]:
@@ -79,7 +89,19 @@ def _chunk_shape(layout: ArrayLayout) -> tuple[int, ...] | None:
     return tuple(max(1, c[0]) for c in chunks)
 
 
-def _add(nodes: dict[str, Node], reader: RangeReader, path: str, name: str, node: MatNode) -> None:
+def _add(
+    nodes: dict[str, Node],
+    reader: RangeReader,
+    path: str,
+    name: str,
+    node: MatNode,
+    origin: str,
+    renamed: dict[str, str],
+) -> None:
+    """Add ``node`` (named ``name``, at ``origin`` in the file) at ``path``; note it in
+    ``renamed`` when its node name is not its name."""
+    if node_name(name) != name:
+        renamed[origin] = path
     prefix = path.replace("/", ".") + "."
     if isinstance(node, NumericLeaf):
         layout = node.array.layout
@@ -106,19 +128,21 @@ def _add(nodes: dict[str, Node], reader: RangeReader, path: str, name: str, node
     elif isinstance(node, CellNode):
         nodes[path] = GroupNode(_attrs(node, name))
         for i, cell in enumerate(node.cells):
-            _add(nodes, reader, f"{path}/{i}", str(i), cell)
+            _add(nodes, reader, f"{path}/{i}", str(i), cell, f"{origin}/{i}", renamed)
     elif isinstance(node, StructNode):
         fields = list(node.fields)
         nodes[path] = GroupNode(_attrs(node, name, matlab_fields=fields))
         if math.prod(node.dims) == 1 and len(node.elements) == 1:
             for field, child in node.elements[0].items():
-                _add(nodes, reader, f"{path}/{node_name(field)}", field, child)
+                where = f"{path}/{node_name(field)}"
+                _add(nodes, reader, where, field, child, f"{origin}/{field}", renamed)
         else:
             for i, element in enumerate(node.elements):
                 nodes[f"{path}/{i}"] = GroupNode({"matlab_class": node.matlab_class,
                                                    "matlab_fields": fields})  # fmt: skip
                 for field, child in element.items():
-                    _add(nodes, reader, f"{path}/{i}/{node_name(field)}", field, child)
+                    where = f"{path}/{i}/{node_name(field)}"
+                    _add(nodes, reader, where, field, child, f"{origin}/{i}/{field}", renamed)
     elif isinstance(node, ObjectLeaf):
         nodes[path] = GroupNode(_attrs(node, name, matlab_placeholder=node.obj.reason))
     else:  # pragma: no cover - MatNode is closed

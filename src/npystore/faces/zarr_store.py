@@ -12,13 +12,15 @@ Every array of a file becomes a Zarr array whose chunks are computed from its
 - reads run in worker threads (``asyncio.to_thread``) through the fetch layer, so they are
   concurrent and never block zarr's event loop.
 
-Keys never contain ``..`` or a leading ``/``: node names are percent-encoded from member
-names, and the original name is kept in the node's attributes.
+Keys never contain ``..`` or a leading ``/``: node names are made from member names by
+:func:`node_name` (percent-encoding, reserved names escaped, long names shortened), and the
+original name is kept in the node's attributes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import math
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -43,26 +45,63 @@ from npystore.errors import UnsupportedError
 from npystore.faces.dtypes import zarr_dtype_for
 from npystore.layout import contiguous_chunks
 
-__all__ = ["ArrayNode", "GroupNode", "LayoutStore", "node_name"]
+__all__ = ["MAX_NODE_NAME", "ArrayNode", "GroupNode", "LayoutStore", "node_name"]
 
 #: Target bytes of a Zarr chunk (contiguous ranges of the file, like dask's "auto").
 CHUNK_TARGET: Final = 16 * 2**20
+#: Longest node name (ASCII characters); longer ones are shortened with a hash (see
+#: :func:`node_name`). File systems allow 255 bytes per path component.
+MAX_NODE_NAME: Final = 200
 _META: Final = "zarr.json"
 
 
 def node_name(name: str) -> str:
-    """A safe Zarr node name for a member or variable name.
+    """The Zarr node name of a member or variable name: safe as a key component and as a
+    file or directory name, the same in :func:`npystore.open_store` and ``convert``.
 
-    Percent-encodes everything but letters, digits and ``-._~`` (so ``/`` never splits a
-    name), and encodes names that would be ``.``, ``..`` or start with zarr's reserved
-    ``__``.
+    The scheme (deterministic; different names never give the same node name):
+
+    - UTF-8 bytes other than ASCII letters, digits and ``-._`` are percent-encoded
+      (``%XX``, upper case), so ``/`` never splits a name and every node name is ASCII;
+      ``~`` is encoded too (it marks shortened names, below).
+    - a leading ``.`` (hidden files, ``.``, ``..``, zarr v2's ``.zarray``, the conversion
+      manifest ``.npystore-convert.json``) is ``%2E``; a leading ``__`` (reserved by Zarr)
+      starts ``%5F``; a name that is ``zarr.json`` in any letter case (the metadata
+      document of the group holding it, also on case-insensitive file systems) is
+      ``zarr%2Ejson``.
+    - the empty name is ``~empty``.
+    - a node name longer than :data:`MAX_NODE_NAME` characters (file systems allow 255
+      bytes per component) is cut to its first 183 characters (never inside an escape)
+      plus ``~`` and the first 16 hex digits of the SHA-256 of the name's UTF-8.
+
+    Everything but shortened names decodes back with :func:`urllib.parse.unquote`; the
+    original name is also kept in the node's attributes and, for every name that changed,
+    in the root group's ``npystore.renamed`` (or ``matlab_name``) attribute.
+
+    Examples
+    --------
+    >>> node_name("temperature"), node_name("a/b"), node_name("zarr.json")
+    ('temperature', 'a%2Fb', 'zarr%2Ejson')
+    >>> node_name(".npystore-convert.json"), node_name("")
+    ('%2Enpystore-convert.json', '~empty')
     """
-    safe = quote(name, safe="")
-    if safe in ("", ".", ".."):
-        return "".join(f"%{b:02X}" for b in name.encode()) or "%00"
-    if safe.startswith("__"):
-        return "%5F" + safe[1:]
-    return safe
+    safe = quote(name, safe="").replace("~", "%7E")
+    if not safe:
+        return "~empty"
+    if safe.startswith("."):
+        safe = "%2E" + safe[1:]
+    elif safe.startswith("__"):
+        safe = "%5F" + safe[1:]
+    elif safe.lower() == "zarr.json":
+        safe = safe[:4] + "%2E" + safe[5:]
+    if len(safe) <= MAX_NODE_NAME:
+        return safe
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    cut = MAX_NODE_NAME - 17
+    escape = safe.rfind("%", cut - 2, cut)  # never cut an escape in two
+    if escape != -1:
+        cut = escape
+    return f"{safe[:cut]}~{digest}"
 
 
 @dataclass(frozen=True)
