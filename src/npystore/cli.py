@@ -33,7 +33,7 @@ import numpy as np
 import npystore
 from npystore.api import header_from_prefix, read_prefix, sniff
 from npystore.errors import NpystoreError, UnsupportedError
-from npystore.fetch import RangeReader, open_reader
+from npystore.fetch import RangeReader, open_reader, write_object
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
 from npystore.matfile import mat_from_reader
 from npystore.mattree import (
@@ -546,11 +546,7 @@ def _refs_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, out: 
     if args.output in (None, "-"):
         print(text, file=out)
     elif _is_url(args.output):
-        import fsspec  # noqa: PLC0415 - the fetch layer's dependency
-
-        out_options = _out_options(args, options)
-        with fsspec.open(args.output, "w", encoding="utf-8", **out_options) as f:
-            f.write(text)
+        write_object(args.output, text.encode(), _out_options(args, options))
     else:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)

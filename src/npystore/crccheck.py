@@ -19,10 +19,11 @@ leave after the array data.
 from __future__ import annotations
 
 import bisect
-import functools
 import threading
 from collections.abc import Callable
 from typing import Any, Final
+
+from isal import isal_zlib
 
 from npystore.errors import FormatError
 from npystore.formats.deflate import crc32
@@ -38,49 +39,10 @@ MAX_EXPORT: Final = 10_000
 #: check; a member with more is not checked.
 TAIL_READ: Final = 64 * 2**10
 
-_POLY: Final = 0xEDB88320  # CRC-32 (ISO-HDLC), reflected
-
-
-def _multmodp(a: int, b: int) -> int:
-    """``a * b`` modulo the CRC-32 polynomial (reflected bit order, as zlib's crc32.c)."""
-    m = 1 << 31
-    p = 0
-    while True:
-        if a & m:
-            p ^= b
-            if not a & (m - 1):
-                break
-        m >>= 1
-        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
-    return p
-
-
-def _x2n_table() -> tuple[int, ...]:
-    table = [1 << 30]  # x^1
-    for _ in range(31):
-        table.append(_multmodp(table[-1], table[-1]))  # x^(2^k)
-    return tuple(table)
-
-
-_X2N: Final = _x2n_table()
-
-
-@functools.lru_cache(maxsize=4096)
-def _xpow8n(n: int) -> int:
-    """``x^(8 n)`` modulo the polynomial: the operator that appends ``n`` zero bytes."""
-    p = 1 << 31  # x^0
-    k = 3
-    while n:
-        if n & 1:
-            p = _multmodp(_X2N[k & 31], p)
-        n >>= 1
-        k += 1
-    return p
-
 
 def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
-    """The CRC-32 of ``A + B`` from ``crc32(A)``, ``crc32(B)`` and ``len(B)`` (zlib's
-    ``crc32_combine``, which Python's zlib does not expose).
+    """The CRC-32 of ``A + B`` from ``crc32(A)``, ``crc32(B)`` and ``len(B)``: zlib's
+    ``crc32_combine`` (Python's zlib does not expose it; ISA-L's binding does).
 
     Examples
     --------
@@ -91,7 +53,7 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     """
     if len2 < 0:
         raise ValueError(f"len2 must be >= 0, got {len2}")
-    return _multmodp(_xpow8n(len2), crc1) ^ crc2
+    return int(isal_zlib.crc32_combine(crc1, crc2, len2))
 
 
 _TRACKING, _VERIFIED, _ABANDONED = "tracking", "verified", "abandoned"

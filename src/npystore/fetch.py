@@ -663,6 +663,13 @@ def write_cache_file(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def write_object(url: str, data: bytes, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Write ``data`` as the whole object at ``url`` (any fsspec URL; the package's tools'
+    small outputs, e.g. ``npystore refs -o``)."""
+    with fsspec.open(url, "wb", **dict(storage_options or {})) as f:
+        f.write(data)
+
+
 def open_reader(
     url: str,
     storage_options: Mapping[str, Any] | None = None,
