@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the helper modules next to this script
 
 import remote  # noqa: E402
+import startup  # noqa: E402
 from _common import (  # noqa: E402
     LATENCY,
     Row,
@@ -486,6 +487,8 @@ SCENARIOS: dict[str, tuple[Callable[[Path, int, int], Row | list[Row]], int, int
     "s3-npy-full": (remote.bench_s3_npy_full, 128, 16),
     "s3-npy-slices": (remote.bench_s3_npy_slices, 1024, 64),
     "s3-npz-open": (remote.bench_s3_npz_open, 0, 0),
+    "import": (startup.bench_import, 0, 0),
+    "info": (startup.bench_info, 0, 0),
 }
 
 

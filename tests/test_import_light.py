@@ -59,3 +59,17 @@ def test_open_npy_loads_dask_when_called(tmp_path: Path) -> None:
     np.save(tmp_path / "a.npy", np.arange(10))
     code = f"import npystore\nprint(npystore.open_npy({str(tmp_path / 'a.npy')!r}).sum().compute())"
     assert "dask" in _loaded_after(code)
+
+
+def test_info_of_an_npy_file_loads_no_other_format(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.arange(10))
+    code = (
+        "import contextlib, io, sys\n"
+        "from npystore.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    main(['info', {str(tmp_path / 'a.npy')!r}])\n"
+        "print(' '.join(m for m in ('npystore.matfile', 'npystore.formats.mat5', "
+        "'npystore.npz', 'npystore.formats.zipdir') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

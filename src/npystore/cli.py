@@ -26,7 +26,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO
 
 import numpy as np
 
@@ -35,18 +35,12 @@ from npystore.api import header_from_prefix, read_prefix, sniff
 from npystore.errors import NpystoreError, UnsupportedError
 from npystore.fetch import RangeReader, open_reader, write_object
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
-from npystore.matfile import mat_from_reader
-from npystore.mattree import (
-    CellNode,
-    MatlabObject,
-    MatNode,
-    MatStruct,
-    NumericLeaf,
-    SparseLeaf,
-    StructNode,
-    to_value,
-)
-from npystore.npz import npz_from_reader
+
+if TYPE_CHECKING:
+    from npystore.mattree import MatNode, StructNode
+
+# Each format's modules are imported where that format is handled: `npystore info` of an
+# .npy file loads no ZIP or MATLAB code (and no dask, zarr, h5py or scipy).
 
 __all__ = ["CliError", "build_parser", "info", "main", "parse_slice", "parse_storage_options",
            "run", "split_member"]  # fmt: skip
@@ -230,6 +224,8 @@ def _npy_info(url: str, reader: RangeReader, prefix: bytes) -> dict[str, Any]:
 
 
 def _npz_info(url: str, reader: RangeReader) -> dict[str, Any]:
+    from npystore.npz import npz_from_reader  # noqa: PLC0415 - see the imports
+
     npz = npz_from_reader(reader)
     size = reader.size
     npz.headers  # noqa: B018 - one batch of range reads for every member header
@@ -252,6 +248,8 @@ def _npz_info(url: str, reader: RangeReader) -> dict[str, Any]:
 
 
 def _tree(node: MatNode, path: str, name: str, depth: int | None) -> dict[str, Any]:
+    from npystore.mattree import CellNode, NumericLeaf, SparseLeaf, StructNode  # noqa: PLC0415
+
     entry: dict[str, Any] = {"name": name, "path": path, "class": node.matlab_class,
                              "size": list(node.dims)}  # fmt: skip
     if isinstance(node, SparseLeaf):
@@ -279,10 +277,14 @@ def _tree(node: MatNode, path: str, name: str, depth: int | None) -> dict[str, A
 
 
 def _element(node: StructNode, i: int) -> StructNode:
+    from npystore.mattree import StructNode  # noqa: PLC0415
+
     return StructNode((1, 1), node.fields, (node.elements[i],), node.matlab_class)
 
 
 def _mat_info(url: str, reader: RangeReader, prefix: bytes, depth: int | None) -> dict[str, Any]:
+    from npystore.matfile import mat_from_reader  # noqa: PLC0415 - see the imports
+
     size = reader.size
     with mat_from_reader(reader, prefix) as mat:
         if depth is None:  # headers only: v7.3 structure is metadata, v5 structure is data
@@ -407,6 +409,7 @@ def _print_info(facts: dict[str, Any], out: TextIO) -> None:
 
 def _mat_value(mat: Any, member: str, url: str) -> Any:
     from npystore.faces.dask import to_dask  # noqa: PLC0415
+    from npystore.mattree import CellNode, StructNode, to_value  # noqa: PLC0415
 
     var, *rest = re.split(r"[./]", member)
     if var not in mat:
@@ -462,6 +465,8 @@ def _field(label: str, value: Any, full: bool) -> str:
 
 
 def _render(value: Any, *, full: bool, top: bool = True) -> str:
+    from npystore.mattree import MatlabObject, MatStruct  # noqa: PLC0415
+
     if isinstance(value, str):
         return value if top else repr(value)
     if isinstance(value, MatlabObject):
