@@ -349,7 +349,8 @@ class BTreeV1Walk:
         self.sizeof_addr = sb.sizeof_addr
         self.node_size = btree_node_size(self.rank + 1, sb.sizeof_addr, sb.chunk_k)
         # keys are compared as linear indexes over the grid extended by one in each
-        # dimension (a right key lies one chunk past the last); < 2**56 for rank <= 32
+        # dimension (a right key lies one chunk past the last), times two plus whether the
+        # element offset is set; < 2**58 for rank <= 32
         radix = np.array(self.grid, np.int64) + 1
         self._strides = np.array(
             [math.prod(int(r) for r in radix[d + 1 :]) for d in range(self.rank)], np.int64
@@ -365,7 +366,7 @@ class BTreeV1Walk:
             ]
         )
         self._key = np.dtype([("size", "<u4"), ("mask", "<u4"), ("offsets", "<u8", (self.rank + 1,))])
-        top = int(np.dot(np.array(self.grid, np.int64), self._strides))
+        top = int(np.dot(np.array(self.grid, np.int64), self._strides)) * 2 + 1
         self._level: list[_Pending] = [_Pending(layout.address, None, 0, top)]
         self._seen: set[int] = {layout.address}
         self._leaves: list[tuple[npt.NDArray[Any], npt.NDArray[np.int64]]] = []
@@ -428,7 +429,15 @@ class BTreeV1Walk:
                 f"not a multiple of the chunk shape {self.layout.chunk} within the shape "
                 f"{self.geo.shape}"
             )
-        keys = (offsets // self._chunk).astype(np.int64) @ self._strides
+        # the element offset of a chunk's key is 0; a right key may carry the element size
+        # (libhdf5 writes it one past the last chunk, or at it with the element offset set)
+        element = np.concatenate([records["offsets"][:, self.rank], last["offsets"][:, self.rank]])
+        if np.any((element != 0) & (element != self.layout.element_size)):
+            raise FormatError(
+                f"{where}: a key with element offset {int(element[element != 0][0])}, expected "
+                f"0 or the element size {self.layout.element_size}"
+            )
+        keys = (offsets // self._chunk).astype(np.int64) @ self._strides * 2 + (element != 0)
         if np.any(np.diff(keys) <= 0) or keys[0] < pending.lo or keys[-1] > pending.hi:
             raise FormatError(
                 f"{where}: keys out of order or outside the range its parent gives it "
@@ -473,7 +482,7 @@ class BTreeV1Walk:
                 f"{where}: chunk at {tuple(int(v) for v in offsets[bad])} lies outside the "
                 f"shape {self.geo.shape}"
             )
-        if np.any(records["offsets"][:, self.rank] != 0):
+        if np.any(keys % 2):
             raise FormatError(f"{where}: a chunk key whose element offset is not 0")
         sizes = records["size"].astype(np.int64)
         ends = children + sizes.astype(np.uint64)
