@@ -426,8 +426,8 @@ class BTreeV1Walk:
                                             axis=1))[0])  # fmt: skip
             raise FormatError(
                 f"{where}: key {bad} has chunk offsets {tuple(int(v) for v in offsets[bad])}, "
-                f"not a multiple of the chunk shape {self.layout.chunk} within the shape "
-                f"{self.geo.shape}"
+                f"outside the shape {self.geo.shape} or not on the chunk grid "
+                f"{self.layout.chunk}"
             )
         # the element offset of a chunk's key is 0; a right key may carry the element size
         # (libhdf5 writes it one past the last chunk, or at it with the element offset set)
@@ -438,6 +438,11 @@ class BTreeV1Walk:
                 f"0 or the element size {self.layout.element_size}"
             )
         keys = (offsets // self._chunk).astype(np.int64) @ self._strides * 2 + (element != 0)
+        if level == 0 and np.any(np.diff(keys[:-1]) == 0):
+            twice = int(np.flatnonzero(np.diff(keys[:-1]) == 0)[0])
+            raise FormatError(
+                f"{where}: names the chunk at {tuple(int(v) for v in offsets[twice])} twice"
+            )
         if np.any(np.diff(keys) <= 0) or keys[0] < pending.lo or keys[-1] > pending.hi:
             raise FormatError(
                 f"{where}: keys out of order or outside the range its parent gives it "
