@@ -76,7 +76,8 @@ class H5File:
     def chunk_tree(self, name: str) -> list[list[Node]]:
         """The nodes of ``name``'s chunk B-tree, level by level from the root."""
         layout = h5index.chunk_layout(self.messages(name), self.sb)
-        assert layout is not None and layout.address is not None
+        assert layout is not None
+        assert layout.address is not None
         key = 8 + 8 * (len(layout.chunk) + 1)
         levels = [[self.node(layout.address, key)]]
         while levels[-1][0].level > 0:

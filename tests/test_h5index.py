@@ -49,7 +49,7 @@ def ours(table: h5chunks.ChunkTable, base: int) -> list[tuple[tuple[int, ...], i
 def set_istore_k(fcpl: Any, k: int) -> None:
     """``H5Pset_istore_k`` (h5py does not wrap it), called in h5py's own libhdf5."""
     libs = Path(h5py.__file__).parent.parent / "h5py.libs"
-    found = [p for p in libs.glob("libhdf5-*.so*")] if libs.is_dir() else []
+    found = list(libs.glob("libhdf5-*.so*")) if libs.is_dir() else []
     if not found:
         pytest.skip("h5py's libhdf5 not found (not a wheel install)")
     lib = ctypes.CDLL(str(found[0]))
@@ -162,7 +162,8 @@ def test_walk_finds_the_chunks_libhdf5_reports(tmp_path: Path, case: str) -> Non
             np.testing.assert_array_equal(got, oracle[name][()])
             if case in INDEX_TYPES:
                 layout = meta.chunk_layout(header_address(h5[name]))
-                assert layout is not None and layout.index_type == INDEX_TYPES[case]
+                assert layout is not None
+                assert layout.index_type == INDEX_TYPES[case]
     h5.close()
 
 

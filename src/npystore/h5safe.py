@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from npystore.errors import FormatError
+from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader
 from npystore.formats.mat73 import is_dataset, is_group
 from npystore.h5meta import H5Meta
@@ -121,9 +121,9 @@ class _Safe:
         return self._path
 
     @property
-    def attrs(self) -> Any:
-        """The object's attributes (h5py's)."""
-        return self._obj.attrs
+    def attrs(self) -> SafeAttrs:
+        """The object's attributes."""
+        return SafeAttrs(self._obj.attrs, f"{self._guard.reader.url}: {self._path or 'object'}")
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, _Safe):
@@ -135,6 +135,30 @@ class _Safe:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._obj!r})"
+
+
+class SafeAttrs:
+    """h5py's attributes of an object; an attribute of an HDF5 datatype numpy cannot
+    represent (h5py's TypeError) is an :class:`~npystore.errors.UnsupportedError`."""
+
+    __slots__ = ("_attrs", "_where")
+
+    def __init__(self, attrs: Any, where: str) -> None:
+        self._attrs = attrs
+        self._where = where
+
+    def get(self, name: str, default: Any = None, /) -> Any:
+        """The value of attribute ``name``, or ``default``."""
+        try:
+            return self._attrs.get(name, default)
+        except TypeError as exc:
+            raise UnsupportedError(
+                f"{self._where}: attribute {name!r} of an HDF5 datatype numpy cannot "
+                f"represent: {exc}"
+            ) from exc
+
+    def __contains__(self, name: object, /) -> bool:
+        return name in self._attrs
 
 
 class SafeGroup(_Safe):
@@ -215,8 +239,22 @@ class SafeDataset(_Safe):
 
     @property
     def dtype(self) -> np.dtype[Any]:
-        """The dataset's numpy dtype (h5py's)."""
-        return np.dtype(self._obj.dtype)
+        """The dataset's numpy dtype (h5py's).
+
+        Raises
+        ------
+        UnsupportedError
+            An HDF5 datatype numpy has no equivalent of (time, some bitfields, ...): h5py
+            raises TypeError.
+        """
+        try:
+            dtype: np.dtype[Any] = np.dtype(self._obj.dtype)
+        except TypeError as exc:
+            raise UnsupportedError(
+                f"{self._guard.reader.url}: dataset {self._path or '(reached by reference)'}: "
+                f"an HDF5 datatype numpy cannot represent: {exc}"
+            ) from exc
+        return dtype
 
     def __getitem__(self, key: Any) -> Any:
         self._guard.dataset(self._obj, self._path or "(reached by reference)")

@@ -38,7 +38,6 @@ import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Final
 
 import h5py
@@ -97,9 +96,7 @@ class AddressCheck:
         self._lock = threading.RLock()
 
     def __repr__(self) -> str:
-        return (
-            f"AddressCheck({self.reader.url!r}, contiguous_shift={self.contiguous_shift})"
-        )
+        return f"AddressCheck({self.reader.url!r}, contiguous_shift={self.contiguous_shift})"
 
     @classmethod
     def for_reader(cls, reader: RangeReader) -> AddressCheck:

@@ -137,9 +137,7 @@ class Mat73File:
         attributes and shapes; no numeric data is read."""
         self._check_open()
         with hdf5_errors(f"{self.source}: listing the variables"):
-            return {
-                name: MatInfo(**self._tree.info(name)._asdict()) for name in self._tree.names()
-            }
+            return {name: MatInfo(**self._tree.info(name)._asdict()) for name in self._tree.names()}
 
     def node(self, name: str) -> MatNode:
         """The tree of one variable; numeric leaves are lazy.

@@ -365,7 +365,9 @@ class BTreeV1Walk:
                 ("child", _ADDR_DTYPES[sb.sizeof_addr]),
             ]
         )
-        self._key = np.dtype([("size", "<u4"), ("mask", "<u4"), ("offsets", "<u8", (self.rank + 1,))])
+        self._key = np.dtype(
+            [("size", "<u4"), ("mask", "<u4"), ("offsets", "<u8", (self.rank + 1,))]
+        )
         top = int(np.dot(np.array(self.grid, np.int64), self._strides)) * 2 + 1
         self._level: list[_Pending] = [_Pending(layout.address, None, 0, top)]
         self._seen: set[int] = {layout.address}
@@ -374,7 +376,9 @@ class BTreeV1Walk:
         self.nodes = 0
 
     def wanted(self) -> list[tuple[int, int]]:
-        return [(p.address, min(p.address + self.node_size, self.geo.file_end)) for p in self._level]
+        return [
+            (p.address, min(p.address + self.node_size, self.geo.file_end)) for p in self._level
+        ]
 
     def feed(self, datas: list[bytes]) -> None:
         below: list[_Pending] = []
@@ -409,9 +413,7 @@ class BTreeV1Walk:
                 f"{where}: level {level}, expected {pending.level} (one below its parent)"
             )
         if not 1 <= entries <= self.max_entries:
-            raise FormatError(
-                f"{where}: {entries} entries, expected 1 to {self.max_entries} (2K)"
-            )
+            raise FormatError(f"{where}: {entries} entries, expected 1 to {self.max_entries} (2K)")
         first = 8 + 2 * o
         need = first + entries * self._record.itemsize + self._key.itemsize
         if len(data) < need:
@@ -491,8 +493,10 @@ class BTreeV1Walk:
             raise FormatError(f"{where}: a chunk key whose element offset is not 0")
         sizes = records["size"].astype(np.int64)
         ends = children + sizes.astype(np.uint64)
-        bad_extent = (sizes <= 0) | (children >= np.uint64(self.geo.file_end)) | (
-            ends > np.uint64(self.geo.file_end)
+        bad_extent = (
+            (sizes <= 0)
+            | (children >= np.uint64(self.geo.file_end))
+            | (ends > np.uint64(self.geo.file_end))
         )
         if bad_extent.any():
             i = int(np.flatnonzero(bad_extent)[0])
@@ -650,8 +654,10 @@ class FixedArrayWalk:
             raise FormatError(f"{where}: chunk at {bad} lies outside the shape {self.geo.shape}")
         addresses, sizes = addresses[stored], sizes[stored]
         ends = addresses + sizes
-        bad_extent = (sizes == 0) | (addresses >= np.uint64(self.geo.file_end)) | (
-            ends > np.uint64(self.geo.file_end)
+        bad_extent = (
+            (sizes == 0)
+            | (addresses >= np.uint64(self.geo.file_end))
+            | (ends > np.uint64(self.geo.file_end))
         )
         if bad_extent.any():
             i = int(np.flatnonzero(bad_extent)[0])

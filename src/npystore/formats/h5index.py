@@ -1,27 +1,33 @@
-"""Where an HDF5 chunked dataset's chunk index (a version-1 B-tree) is, and its nodes.
+"""HDF5 superblocks, object headers and the messages npystore's own walks need.
 
-npystore reads HDF5 metadata with libhdf5 (h5py), which walks a chunk index one node at a
-time: on an object store every node is a round trip, and the nodes of a large dataset are
-scattered among its chunks (MATLAB and h5py write them as chunks are allocated). This
-module parses just enough of the format to find the nodes *level by level*, so that
-:mod:`npystore.hdf5` can fetch each level's nodes in one batch of concurrent requests before
-libhdf5 walks them (from cache). libhdf5 stays the authority on what the chunks are: a wrong
-guess here costs requests, never correctness.
+npystore never lets libhdf5 walk a B-tree it has not checked (a node pointing to itself
+crashes the process): chunk indexes (:mod:`npystore.formats.h5chunks`) and group symbol
+tables (:mod:`npystore.formats.h5groups`) are parsed here first, from bytes. This module
+parses what leads to them: the superblock, object headers (continuation blocks followed,
+checksums of version-2 headers verified) and the data layout, symbol table and link info
+messages.
 
-All addresses below are *relative to the base address* (the superblock's position: the user
-block size for MATLAB files); callers add it. Every integer is little-endian.
+All addresses are *relative to the base address* (the superblock's position: the user
+block size for MATLAB files); callers add it. Every integer is little-endian; O and L are
+the superblock's sizes of offsets and lengths.
 
 Superblock, versions 0 and 1 (at the base address)::
 
-    offset  size  field
-    0       8     signature  \\x89 H D F \\r \\n \\x1a \\n
-    8       1     superblock version (0..3; only 0 and 1 carry the sizes below at these places)
-    13      1     size of offsets (bytes per address: 2, 4 or 8)
-    14      1     size of lengths
-    24      2     version 1 only: indexed storage internal node K (chunk B-tree K; 32
-                  otherwise)
+    0   8  signature  \\x89 H D F \\r \\n \\x1a \\n     8  1  version
+    13  1  size of offsets O                       14 1  size of lengths L
+    16  2  group leaf node K   18 2 group internal node K   20 4 flags
+    24  2  version 1 only: chunk B-tree K (32 otherwise), 2 reserved
+    then base, free-space, end-of-file and driver addresses (O each) and the root group's
+    symbol-table entry (L name offset, O header address, u32 cache type, u32 reserved,
+    16 scratch bytes: cache type 1 holds its B-tree and local heap addresses)
 
-Object header, version 1 (at the address ``H5Oget_info`` reports)::
+Superblock, versions 2 and 3::
+
+    0 signature  8 version  9 O  10 L  11 flags  12 base, extension, end-of-file and root
+    header addresses (O each), u32 checksum. Non-default K values are in the extension's
+    object header (a B-tree 'K' values message, type 0x13).
+
+Object header, version 1 (at the address ``H5Gget_objinfo`` reports)::
 
     0   1  version (1)          1  1  reserved
     2   2  number of messages   4  4  reference count
@@ -34,50 +40,51 @@ Object header, version 2::
     then 16 bytes of times if flags & 0x20, 4 bytes of attribute phase change if flags & 0x10,
     the size of chunk 0 in 1 << (flags & 3) bytes, then messages (type u8, data size u16,
     flags u8, creation order u16 if flags & 0x04, data) and a 4-byte checksum. Continuation
-    blocks of a v2 header start with "OCHK".
+    blocks of a v2 header start with "OCHK" and end with a checksum; their messages have
+    the header's layout (creation order if its flags say so).
 
-Messages used: continuation (type 0x10: address, length of another block of messages) and
-data layout (type 0x08). Data layout version 3, class 2 (chunked)::
+Data layout message (type 0x08), chunked (class 2)::
 
-    0  1  version (3)    1  1  layout class (2)    2  1  dimensionality d (rank + 1)
-    3  size-of-offsets   address of the chunk B-tree root (undefined: all ones)
-    then d x u32 chunk dimensions (the last is the element size)
-
-Version-1 B-tree node of a chunk index (type 1)::
-
-    0   4  "TREE"            4  1  node type (1)      5  1  level (0 = leaf)
-    6   2  entries used n    8     left sibling, right sibling (size-of-offsets each)
-    keys and children interleaved: key 0, child 0, key 1, ..., child n-1, key n
-    key: chunk size u32, filter mask u32, d x u64 chunk offsets (element coordinates)
-    child: an address (a node one level down, or a chunk at level 0)
-
-libhdf5 reads a node as ``24 + 2K * address + (2K + 1) * key`` bytes whatever its fill
-(:func:`btree_node_size`); that is the extent fetched for it.
+    versions 1, 2: version, dimensionality d, class, 5 reserved, O index address, d x u32
+    version 3:     version, class, d, O index address (a v1 B-tree), d x u32
+    versions 4, 5: version, class, flags, d, w, d x (w-byte) sizes, index type (1 single
+                   chunk, 2 implicit, 3 fixed array, 4 extensible array, 5 v2 B-tree),
+                   its parameters, O index address
+    the d sizes are the chunk dimensions and, last, the element size
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
 
-from npystore.errors import FormatError, UnsupportedError
+from npystore.errors import FormatError
 from npystore.formats import h5sum
 
 __all__ = [
+    "BTREE_V1",
+    "BTREE_V2",
     "DEFAULT_CHUNK_K",
-    "ChunkIndex",
+    "EXTENSIBLE_ARRAY",
+    "FIXED_ARRAY",
     "HEADER_PREFIX",
-    "HeaderBlock",
+    "IMPLICIT",
+    "INDEX_NAMES",
     "MAX_HEADER_SIZE",
+    "SINGLE_CHUNK",
+    "SUPERBLOCK_SIZE",
+    "ChunkLayout",
+    "HeaderBlock",
     "Superblock",
-    "btree_node_size",
-    "chunk_index",
+    "btree_k_values",
+    "chunk_layout",
     "header_size",
+    "link_storage",
     "object_header_messages",
-    "parse_btree_node",
     "parse_object_header",
+    "symbol_table",
+    "undefined",
     "parse_superblock",
 ]
 
@@ -167,7 +174,13 @@ INDEX_NAMES: Final = {
 }
 #: Bytes of index information after the index type, per type (single chunk: more when
 #: filtered).
-_INDEX_INFO: Final = {SINGLE_CHUNK: 0, IMPLICIT: 0, FIXED_ARRAY: 1, EXTENSIBLE_ARRAY: 5, BTREE_V2: 6}
+_INDEX_INFO: Final = {
+    SINGLE_CHUNK: 0,
+    IMPLICIT: 0,
+    FIXED_ARRAY: 1,
+    EXTENSIBLE_ARRAY: 5,
+    BTREE_V2: 6,
+}
 #: Most dimensions of an HDF5 dataspace (H5S_MAX_RANK).
 MAX_RANK: Final = 32
 
@@ -290,7 +303,9 @@ def btree_k_values(messages: tuple[tuple[int, bytes], ...], sb: Superblock) -> S
         if kind != _BTREE_K:
             continue
         if len(body) < 7 or body[0] != 0:
-            raise FormatError(f"B-tree 'K' values message of {len(body)} bytes, version {body[:1]!r}")
+            raise FormatError(
+                f"B-tree 'K' values message of {len(body)} bytes, version {body[:1]!r}"
+            )
         chunk_k, internal_k, leaf_k = (_uint(body, 1 + 2 * i, 2, "K values") for i in range(3))
         if min(chunk_k, internal_k, leaf_k) <= 0:
             raise FormatError("B-tree 'K' values message with a K of 0")
@@ -332,7 +347,9 @@ def header_size(prefix: bytes) -> int:
     return size
 
 
-def parse_object_header(data: bytes, sizeof_addr: int, *, continuation: int = 0) -> HeaderBlock:
+def parse_object_header(
+    data: bytes, sizeof_addr: int, *, continuation: int = 0, header_flags: int = 0
+) -> HeaderBlock:
     """The messages of an object header block.
 
     Parameters
@@ -345,6 +362,9 @@ def parse_object_header(data: bytes, sizeof_addr: int, *, continuation: int = 0)
     continuation : int
         0 for the header itself, 1 for a continuation block of a version-1 header, 2 for
         one of a version-2 header.
+    header_flags : int
+        For a continuation block of a version-2 header: the header's flags (bit 2: each
+        message carries its creation order).
 
     Raises
     ------
@@ -354,7 +374,7 @@ def parse_object_header(data: bytes, sizeof_addr: int, *, continuation: int = 0)
     if continuation == 1:
         return _messages_v1(data, 0, len(data), sizeof_addr)
     if continuation == 2 or data.startswith(b"OHDR"):
-        return _header_v2(data, sizeof_addr, continuation == 2)
+        return _header_v2(data, sizeof_addr, continuation == 2, header_flags)
     if not data or data[0] != 1:
         raise FormatError(
             f"object header of version {data[0] if data else None}, expected 1 or 'OHDR'"
@@ -404,6 +424,7 @@ def object_header_messages(
     size = header_size(prefix)
     first = parse_object_header(read(start, start + size), sizeof_addr)
     version = 2 if prefix.startswith(b"OHDR") else 1
+    flags = prefix[5] if version == 2 else 0
     messages = list(first.messages)
     todo = list(first.continuations)
     seen = {address}
@@ -415,7 +436,10 @@ def object_header_messages(
             raise FormatError(f"object header at {address}: continuation block {a} reached twice")
         seen.add(a)
         block = parse_object_header(
-            read(base + a, base + a + min(n, MAX_HEADER_BLOCK)), sizeof_addr, continuation=version
+            read(base + a, base + a + min(n, MAX_HEADER_BLOCK)),
+            sizeof_addr,
+            continuation=version,
+            header_flags=flags,
         )
         messages.extend(block.messages)
         todo.extend(block.continuations)
@@ -441,12 +465,14 @@ def _messages_v1(data: bytes, start: int, stop: int, sizeof_addr: int) -> Header
     return HeaderBlock(tuple(messages), tuple(continuations))
 
 
-def _header_v2(data: bytes, sizeof_addr: int, is_continuation: bool) -> HeaderBlock:
+def _header_v2(
+    data: bytes, sizeof_addr: int, is_continuation: bool, header_flags: int
+) -> HeaderBlock:
     if is_continuation:
         if not data.startswith(b"OCHK"):
             raise FormatError(f"object header continuation starts {data[:4]!r}, not 'OCHK'")
         h5sum.check(data, "object header continuation block")
-        pos, stop, flags = 4, len(data) - 4, None
+        pos, stop, flags = 4, len(data) - 4, header_flags
     else:
         if _uint(data, 4, 1, "object header") != 2:
             raise FormatError(f"OHDR object header of version {data[4]}, expected 2")
@@ -461,7 +487,7 @@ def _header_v2(data: bytes, sizeof_addr: int, is_continuation: bool) -> HeaderBl
                 f"OHDR object header of {stop + 4} bytes, only {len(data)} bytes given"
             )
         h5sum.check(data[: stop + 4], "OHDR object header")
-    order = bool(flags is not None and flags & 0x04)
+    order = bool(flags & 0x04)
     messages: list[tuple[int, bytes]] = []
     continuations: list[tuple[int, int]] = []
     while pos + 4 <= stop and len(messages) < _MAX_MESSAGES:
@@ -563,17 +589,23 @@ def _layout(body: bytes, sb: Superblock) -> ChunkLayout | None:
     return layout
 
 
-def symbol_table(messages: tuple[tuple[int, bytes], ...], sizeof_addr: int) -> tuple[int, int] | None:
+def symbol_table(
+    messages: tuple[tuple[int, bytes], ...], sizeof_addr: int
+) -> tuple[int, int] | None:
     """The B-tree and local heap addresses of an old-style group's symbol table message
     (type 0x11) among ``messages``, or None when there is none."""
     for kind, body in messages:
         if kind == _SYMBOL_TABLE:
             o = sizeof_addr
-            return _uint(body, 0, o, "symbol table message"), _uint(body, o, o, "symbol table message")
+            return _uint(body, 0, o, "symbol table message"), _uint(
+                body, o, o, "symbol table message"
+            )
     return None
 
 
-def link_storage(messages: tuple[tuple[int, bytes], ...], sizeof_addr: int) -> tuple[int, int] | None:
+def link_storage(
+    messages: tuple[tuple[int, bytes], ...], sizeof_addr: int
+) -> tuple[int, int] | None:
     """The fractal heap and name-index v2 B-tree addresses of a new-style group that stores
     its links densely (a link info message, type 0x02), or None (links in the header, or
     not a group)."""

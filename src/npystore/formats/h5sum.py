@@ -38,29 +38,45 @@ def lookup3(data: bytes, initval: int = 0) -> int:
         a = (a + words[i]) & _M
         b = (b + words[i + 1]) & _M
         c = (c + words[i + 2]) & _M
-        a = (a - c) & _M; a ^= _rot(c, 4); c = (c + b) & _M  # noqa: E702
-        b = (b - a) & _M; b ^= _rot(a, 6); a = (a + c) & _M  # noqa: E702
-        c = (c - b) & _M; c ^= _rot(b, 8); b = (b + a) & _M  # noqa: E702
-        a = (a - c) & _M; a ^= _rot(c, 16); c = (c + b) & _M  # noqa: E702
-        b = (b - a) & _M; b ^= _rot(a, 19); a = (a + c) & _M  # noqa: E702
-        c = (c - b) & _M; c ^= _rot(b, 4); b = (b + a) & _M  # noqa: E702
+        a = (a - c) & _M
+        a ^= _rot(c, 4)
+        c = (c + b) & _M
+        b = (b - a) & _M
+        b ^= _rot(a, 6)
+        a = (a + c) & _M
+        c = (c - b) & _M
+        c ^= _rot(b, 8)
+        b = (b + a) & _M
+        a = (a - c) & _M
+        a ^= _rot(c, 16)
+        c = (c + b) & _M
+        b = (b - a) & _M
+        b ^= _rot(a, 19)
+        a = (a + c) & _M
+        c = (c - b) & _M
+        c ^= _rot(b, 4)
+        b = (b + a) & _M
     a = (a + words[last]) & _M
     b = (b + words[last + 1]) & _M
     c = (c + words[last + 2]) & _M
-    c ^= b; c = (c - _rot(b, 14)) & _M  # noqa: E702
-    a ^= c; a = (a - _rot(c, 11)) & _M  # noqa: E702
-    b ^= a; b = (b - _rot(a, 25)) & _M  # noqa: E702
-    c ^= b; c = (c - _rot(b, 16)) & _M  # noqa: E702
-    a ^= c; a = (a - _rot(c, 4)) & _M  # noqa: E702
-    b ^= a; b = (b - _rot(a, 14)) & _M  # noqa: E702
-    c ^= b; c = (c - _rot(b, 24)) & _M  # noqa: E702
-    return c
+    c ^= b
+    c = (c - _rot(b, 14)) & _M
+    a ^= c
+    a = (a - _rot(c, 11)) & _M
+    b ^= a
+    b = (b - _rot(a, 25)) & _M
+    c ^= b
+    c = (c - _rot(b, 16)) & _M
+    a ^= c
+    a = (a - _rot(c, 4)) & _M
+    b ^= a
+    b = (b - _rot(a, 14)) & _M
+    c ^= b
+    return (c - _rot(b, 24)) & _M
 
 
 def _words(data: bytes) -> list[int]:  # pragma: no cover - big-endian hosts
     return [int.from_bytes(data[i : i + 4], "little") for i in range(0, len(data), 4)]
-
-
 
 
 def check(block: bytes, what: str) -> None:
