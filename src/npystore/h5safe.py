@@ -14,7 +14,7 @@ reached twice is still recognised.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -34,8 +34,9 @@ class Guard:
     ----------
     reader : RangeReader
         Reader of the file (its :class:`~npystore.h5meta.H5Meta` is attached).
-    address_of : callable
-        The object header address (relative to the superblock) of an h5py object.
+    identity_of : callable
+        ``(file number, object header address)`` of an h5py object (the address relative
+        to the superblock).
     chunks_of : callable
         ``chunks_of(dset, source)`` walks a chunked dataset's index (raises on a bad one).
     """
@@ -43,23 +44,23 @@ class Guard:
     def __init__(
         self,
         reader: RangeReader,
-        address_of: Any,
-        chunks_of: Any,
+        identity_of: Callable[[Any], tuple[int, int]],
+        chunks_of: Callable[[Any, str], object],
     ) -> None:
         self.reader = reader
         self.meta = H5Meta.for_reader(reader)
-        self._address_of = address_of
+        self.identity_of = identity_of
         self._chunks_of = chunks_of
         self._datasets: set[int] = set()
 
     def group(self, obj: Any, path: str) -> None:
         """Check the symbol table of the group ``obj`` (once per group)."""
-        address = int(self._address_of(obj))
+        address = self.identity_of(obj)[1]
         self.meta.group_links(address, f"{self.reader.url}: group {path}")
 
     def dataset(self, obj: Any, path: str) -> None:
         """Check the chunk index of ``obj`` when it is chunked (once per dataset)."""
-        address = int(self._address_of(obj))
+        address = self.identity_of(obj)[1]
         if address in self._datasets:
             return
         if self.meta.chunk_layout(address) is not None and obj.shape and np.prod(obj.shape):
@@ -99,12 +100,14 @@ class Guard:
 
 
 class _Safe:
-    __slots__ = ("_guard", "_obj", "_path")
+    __slots__ = ("_guard", "_key", "_obj", "_path")
+    _key: tuple[int, int] | None
 
     def __init__(self, obj: Any, guard: Guard, path: str | None) -> None:
         self._obj = obj
         self._guard = guard
         self._path = path
+        self._key = None
 
     @property
     def h5obj(self) -> Any:
@@ -125,13 +128,19 @@ class _Safe:
         """The object's attributes."""
         return SafeAttrs(self._obj.attrs, f"{self._guard.reader.url}: {self._path or 'object'}")
 
+    def _identity(self) -> tuple[int, int]:
+        """(file number, object number): what h5py compares, asked of libhdf5 once."""
+        if self._key is None:
+            self._key = self._guard.identity_of(self._obj)
+        return self._key
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, _Safe):
-            return bool(self._obj == other._obj)
+            return self._identity() == other._identity()
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(self._obj)
+        return hash(self._identity())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._obj!r})"

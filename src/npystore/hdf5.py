@@ -59,6 +59,7 @@ __all__ = [
     "dataset_layout",
     "hdf5_errors",
     "header_address",
+    "object_identity",
     "open_h5",
 ]
 
@@ -485,19 +486,28 @@ def chunk_table(dset: Any, reader: RangeReader, userblock: int, source: str) -> 
     return table
 
 
-def header_address(obj: Any) -> int:
-    """The object header address of an h5py object (relative to the base address).
+def object_identity(obj: Any) -> tuple[int, int]:
+    """``(file number, object header address)`` of an h5py object, the address relative
+    to the base address: what h5py compares objects by.
 
-    ``H5Gget_objinfo`` reads the header only; ``H5Oget_info`` would also walk the whole
-    chunk index to total its size, one node read at a time: what the prefetch avoids.
+    ``H5Gget_objinfo`` reads the object header only; ``H5Oget_info`` could also walk a
+    dataset's whole chunk index (to total its size), which npystore never lets libhdf5 do
+    unchecked.
     """
     get_objinfo = getattr(h5py.h5g, "get_objinfo", None)
     if get_objinfo is None:  # pragma: no cover - HDF5 built without deprecated symbols
         raise UnsupportedError(
             "h5py built without H5Gget_objinfo: npystore cannot locate object headers"
         )
-    low, high = get_objinfo(obj.id).objno
-    return int(low) + (int(high) << 64)
+    info = get_objinfo(obj.id)
+    low, high = info.objno
+    fileno = info.fileno
+    return int(fileno[0]) + (int(fileno[1]) << 64), int(low) + (int(high) << 64)
+
+
+def header_address(obj: Any) -> int:
+    """The object header address of an h5py object (relative to the base address)."""
+    return object_identity(obj)[1]
 
 
 def _grid(shape: tuple[int, ...], chunk: tuple[int, ...], source: str) -> tuple[int, ...]:

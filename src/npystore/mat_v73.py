@@ -36,7 +36,7 @@ from npystore.fetch import RangeReader
 from npystore.formats import mat73
 from npystore.h5meta import H5Meta
 from npystore.h5safe import Guard, SafeDataset, SafeGroup
-from npystore.hdf5 import chunk_table, dataset_layout, hdf5_errors, header_address, open_h5
+from npystore.hdf5 import chunk_table, dataset_layout, hdf5_errors, object_identity, open_h5
 from npystore.layout import (
     ArrayLayout,
     ChunkedExtent,
@@ -105,7 +105,7 @@ class Mat73File:
         self._h5 = open_h5(reader)
         base = H5Meta.for_reader(reader).base or 0
         guard = Guard(
-            reader, header_address, lambda dset, src: chunk_table(dset, reader, base, src)
+            reader, object_identity, lambda dset, src: chunk_table(dset, reader, base, src)
         )
         self._max_depth = max_depth
         self._tree = mat73.Mat73Tree(
