@@ -45,7 +45,6 @@ class H5Meta:
         self._lock = threading.RLock()
         self._sb: h5index.Superblock | None = None
         self._headers: dict[int, tuple[tuple[int, bytes], ...]] = {}
-        self._tables: dict[int, ChunkTable] = {}
         self._groups: dict[int, list[tuple[str, int]] | None] = {}
 
     def __repr__(self) -> str:
@@ -150,7 +149,7 @@ class H5Meta:
 
     def chunk_table(self, address: int, geo: Geometry) -> ChunkTable | None:
         """The validated chunks of the dataset whose object header is at ``address``, or
-        None when its layout is not chunked.
+        None when its layout is not chunked (walked anew each time: the caller keeps it).
 
         Raises
         ------
@@ -159,21 +158,14 @@ class H5Meta:
         UnsupportedError
             A chunk index type npystore does not parse.
         """
-        with self._lock:
-            found = self._tables.get(address)
-        if found is not None:
-            return found
         sb = self.superblock()
         layout = h5index.chunk_layout(self.messages(address), sb)
         if layout is None:
             return None
         try:
-            table = h5chunks.run(h5chunks.chunk_walk(layout, sb, geo), self.fetch)
+            return h5chunks.run(h5chunks.chunk_walk(layout, sb, geo), self.fetch)
         finally:
             self.drop_fetched()
-        with self._lock:
-            self._tables[address] = table
-        return table
 
     def chunk_layout(self, address: int) -> h5index.ChunkLayout | None:
         """The chunked layout message of the object header at ``address`` (None: not
