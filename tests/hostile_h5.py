@@ -142,16 +142,25 @@ def _fixed(f: h5py.File) -> None:
     f.create_dataset("plain", data=np.arange(48.0).reshape(6, 8), chunks=(2, 3))
 
 
+def _many_links(f: h5py.File) -> None:
+    """300 links: a root group B-tree of two levels over some 40 symbol nodes."""
+    for i in range(300):
+        f.create_dataset(f"v{i:03d}", data=np.float64(i))
+    f.create_dataset("x", data=np.arange(40.0), chunks=(4,))
+
+
 @cache
 def h5_seeds() -> list[H5Seed]:
     """Version-0 and -2/3 superblocks, version-1 and -2 object headers with continuations,
-    v1 B-trees of two levels, paged fixed arrays, single chunks, symbol tables."""
+    v1 B-trees of two levels, paged fixed arrays, single chunks, symbol tables (one of two
+    levels)."""
     return [
         seed_from(_write(_mat, userblock=512), 512),
         seed_from(_write(_wide, userblock=512), 512),
         seed_from(_write(_three_d, track_order=True), 0),
         seed_from(_write(_three_d, libver=("v108", "v108")), 0),
         seed_from(_write(_fixed, libver="latest"), 0),
+        seed_from(_write(_many_links), 0),
     ]
 
 

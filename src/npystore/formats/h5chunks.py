@@ -65,6 +65,7 @@ __all__ = [
     "btree_node_size",
     "chunk_walk",
     "run",
+    "span",
 ]
 
 #: Highest root level accepted for a version-1 B-tree (real trees of 2**24 chunks with
@@ -376,9 +377,7 @@ class BTreeV1Walk:
         self.nodes = 0
 
     def wanted(self) -> list[tuple[int, int]]:
-        return [
-            (p.address, min(p.address + self.node_size, self.geo.file_end)) for p in self._level
-        ]
+        return [span(p.address, self.node_size, self.geo.file_end) for p in self._level]
 
     def feed(self, datas: list[bytes]) -> None:
         below: list[_Pending] = []
@@ -544,7 +543,7 @@ class FixedArrayWalk:
         self.max_grid = _max_grid(layout, geo)
         self.count = math.prod(self.max_grid)
         self.header_size = 12 + sb.sizeof_len + self.o
-        self._ranges: list[tuple[int, int]] = [(layout.address, layout.address + self.header_size)]
+        self._ranges = [span(layout.address, self.header_size, geo.file_end)]
         self._block: tuple[int, int, int, int] | None = None  # address, entry size, page bits
         self._table: ChunkTable | None = None
 
@@ -676,6 +675,12 @@ class FixedArrayWalk:
         if self._table is None:
             raise ValueError("the fixed array walk has not finished")
         return self._table
+
+
+def span(address: int, size: int, end: int) -> tuple[int, int]:
+    """``[address, address + size)`` clipped to ``[0, end)`` (empty past the end: the parse
+    of what comes back reports it)."""
+    return min(address, end), min(address + size, end)
 
 
 def _le(columns: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint64]:

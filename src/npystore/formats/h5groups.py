@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from npystore.errors import FormatError
-from npystore.formats.h5chunks import MAX_BTREE_LEVEL
+from npystore.formats.h5chunks import MAX_BTREE_LEVEL, span
 from npystore.formats.h5index import Superblock
 
 __all__ = ["SymbolTableWalk", "group_node_size"]
@@ -86,13 +86,13 @@ class SymbolTableWalk:
         self._first = True
 
     def wanted(self) -> list[tuple[int, int]]:
+        end = self.file_end
         ranges = [
-            (p.address, min(p.address + (self.snod_size if p.level == -1 else self.node_size),
-                            self.file_end))
+            span(p.address, self.snod_size if p.level == -1 else self.node_size, end)
             for p in self._pending
-        ]  # fmt: skip
+        ]
         if self._first:
-            ranges.append((self.heap, min(self.heap + self.heap_header, self.file_end)))
+            ranges.append(span(self.heap, self.heap_header, end))
         elif self._heap_range is not None and self._heap_data is None:
             ranges.append(self._heap_range)
         return ranges
