@@ -26,7 +26,7 @@ import npystore
 from npystore import cli
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import open_reader
-from npystore.h5guard import MAX_SOFT_LINKS, safe_root
+from npystore.h5safe import MAX_SOFT_LINKS, safe_root
 from npystore.hdf5 import open_h5
 
 #: The local file the crafted .mat files point at.

@@ -4,10 +4,13 @@ Each target is driven the way the IO layer drives it, over bytes held in memory:
 header (``formats/npy.py``, ``npy_descr.py``, ``_literal.py``), the ZIP directory
 (``formats/zipdir.py`` with its NeedMoreBytes protocol), deflate indexes
 (``formats/deflate.py``), MAT v5 and v4 (``formats/mat5``, ``formats/mat4.py``), the MAT v7.3
-semantics over HDF5 objects (``formats/mat73``) and the HDF5 chunk-index walk
-(``formats/h5index.py``). Inputs are generated (valid values from numpy, zipfile, scipy and
-h5py writers, and hostile values) or mutated (byte flips, truncation, insertion, integer fields
-set to edge values, text edits).
+semantics over HDF5 objects (``formats/mat73``) and npystore's own HDF5 parsers
+(``formats/h5index.py`` object headers and superblocks, ``formats/h5chunks.py`` chunk
+indexes: v1 B-trees and fixed arrays, ``formats/h5groups.py`` group symbol tables; seeds and
+drivers in ``hostile_h5.py``), plus mutated MAT v7.3 files read end to end through
+``open_mat`` in a subprocess (no crash, only npystore's errors). Inputs are generated (valid
+values from numpy, zipfile, scipy and h5py writers, and hostile values) or mutated (byte
+flips, truncation, insertion, integer fields set to edge values, text edits).
 
 Every input must give a result that satisfies the parser's invariants (offsets and lengths
 inside the buffer, non-negative shapes, counts that agree) or raise FormatError or
@@ -22,10 +25,12 @@ The module ends with static checks (no ``eval``/``exec``, unpickling only behind
 from __future__ import annotations
 
 import ast
+import dataclasses
 import io
 import itertools
 import math
 import pickle
+import random
 import re
 import struct
 import time
@@ -47,9 +52,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import npystore
+from hostile_h5 import h5_seeds, run_e2e, walk_dataset, walk_group
 from mat_corpus import CORPUS, CORPUS_FOUND
 from npystore.errors import FormatError, UnsupportedError
-from npystore.formats import deflate, h5index, mat4, mat5, npy, zipdir
+from npystore.formats import deflate, h5index, h5sum, mat4, mat5, npy, zipdir
 from npystore.formats._literal import parse_literal
 from npystore.formats.mat73 import (
     CellArray,
@@ -62,13 +68,16 @@ from npystore.formats.mat73 import (
     StructArray,
 )
 from npystore.formats.zipdir import NeedMoreBytes
-from npystore.h5guard import safe_root
+from npystore.h5safe import safe_root
 
 SRC = "memory://hostile"
 #: The errors a parser may raise on bad input; anything else is a bug.
 ALLOWED = (FormatError, UnsupportedError)
 #: Longest time one input may take.
 MAX_SECONDS = 1.0
+#: Mutated .mat v7.3 files read end to end in one subprocess (a crash fails, not kills, the
+#: test session).
+E2E_FILES = 160
 #: Inputs each target must run (their sum is checked against TOTAL_QUOTA).
 QUOTA = {
     "npy": 3600,
@@ -79,9 +88,12 @@ QUOTA = {
     "mat4": 600,
     "mat73": 800,
     "mat73-mutated": 700,
-    "h5index": 1350,
+    "h5index": 1500,
+    "h5groups": 600,
+    "h5headers": 600,
+    "h5-e2e": E2E_FILES,
 }
-TOTAL_QUOTA = 10_000
+TOTAL_QUOTA = 14_500
 #: Inputs run and the slowest input, per target (filled as the tests run).
 COUNTS: Counter[str] = Counter()
 SLOWEST: dict[str, float] = {}
@@ -1690,124 +1702,156 @@ def test_mat73_seeds_parse_cleanly() -> None:
         read_mat73(root)
 
 
-# ---------------------------------------------------------------- HDF5 chunk index
-
-#: What hdf5.prefetch_chunk_index reads at most: nodes in all, blocks, continuation rounds.
-PRELOAD_BYTES = 32 * 2**20
+# ---------------------------------------------------------------- HDF5 structures
 
 
-class H5Seed:
-    """An HDF5 file written by h5py with a chunked dataset, its base address (the user
-    block), the dataset's object header address and the offsets of the fields the walk
-    reads (superblock, object header, B-tree nodes)."""
-
-    def __init__(self, libver: Any, userblock: int, **kw: Any) -> None:
-        shape = kw.pop("shape", (60, 80))
-        chunks = kw.pop("chunks", (4, 5))
-        attrs = kw.pop("attrs", 0)
-        bio = io.BytesIO()
-        with h5py.File(bio, "w", libver=libver, userblock_size=userblock) as f:
-            d = f.create_dataset(
-                "x", data=np.arange(math.prod(shape), dtype="<f4").reshape(shape),
-                chunks=chunks, compression="gzip", **kw,
-            )  # fmt: skip
-            for i in range(attrs):  # added later: the header continues in another block
-                d.attrs[f"attribute_{i:03d}"] = np.arange(20.0)
-            low, high = h5py.h5g.get_objinfo(d.id).objno
-        self.data = bio.getvalue()
-        self.base = userblock
-        self.address = low + (high << 64)
-        start = self.base + self.address
-        self.hot = list(range(self.base + 8, self.base + 32)) + list(range(start, start + 256, 2))
-        pos = 0
-        while (pos := self.data.find(b"TREE", pos + 1)) >= 0:
-            self.hot += list(range(pos + 4, pos + 48, 2))
-
-
-@cache
-def h5_seeds() -> list[H5Seed]:
-    """Version-1 and version-2 object headers, continuation blocks, 2-D and 3-D indexes."""
-    return [
-        H5Seed("earliest", 512),
-        H5Seed("earliest", 0, attrs=30),
-        H5Seed("earliest", 0, track_order=True),
-        H5Seed(("earliest", "v108"), 0, track_order=True, shape=(10, 12, 14), chunks=(2, 3, 4)),
-        H5Seed("latest", 512),
-    ]
-
-
-def walk_chunk_index(buf: bytes, base: int, address: int) -> int:
-    """``hdf5.prefetch_chunk_index`` over bytes: superblock, object header (continuations
-    followed), layout message, then the B-tree level by level within the same budget.
-    Returns the number of nodes parsed; checks what each parser returns."""
-    sb = h5index.parse_superblock(buf[base : base + 32])
-    if sb is None:
-        return 0
-    assert sb.version in (0, 1)
-    assert sb.sizeof_addr in (2, 4, 8)
-    assert sb.chunk_k > 0
-    start = base + address
-    size = h5index.header_size(buf[start : start + h5index.HEADER_PREFIX])
-    assert 0 < size <= h5index.MAX_HEADER_SIZE
-    continuations: list[tuple[int, int]] = []
-
-    def read(a: int, b: int) -> bytes:
-        continuations.append((a, b))
-        assert 0 <= a <= b  # continuation addresses and lengths are never negative
-        assert b - a <= max(h5index.MAX_HEADER_BLOCK, h5index.MAX_HEADER_SIZE)
-        return buf[a:b]
-
-    messages = h5index.object_header_messages(read, base, address, sb.sizeof_addr)
-    assert len(continuations) <= 2 + h5index.MAX_CONTINUATIONS
-    for kind, body in messages:
-        assert 0 <= kind <= 0xFFFF
-        assert isinstance(body, bytes)
-    index = h5index.chunk_index(tuple(messages), sb.sizeof_addr)
-    if index is None:
-        return 0
-    undefined = (1 << (8 * sb.sizeof_addr)) - 1
-    assert 2 <= index.dimensionality <= 255
-    assert 0 <= index.root < undefined
-    node_size = h5index.btree_node_size(index.dimensionality, sb.sizeof_addr, sb.chunk_k)
-    assert node_size > 0
-    level, seen, fetched = [index.root], {index.root}, 0
-    while level and fetched + len(level) <= PRELOAD_BYTES // node_size:
-        fetched += len(level)
-        below: list[int] = []
-        for a in level:
-            depth, children = h5index.parse_btree_node(
-                buf[base + a : base + a + node_size], index.dimensionality, sb.sizeof_addr
-            )
-            assert 0 <= depth <= 255
-            assert all(0 <= c <= undefined for c in children)
-            if depth > 0:
-                below.extend(c for c in children if c not in seen)
-                seen.update(children)
-        level = below
-    return fetched
-
-
-def test_h5_seeds_walk_their_index() -> None:
-    """The unmutated seeds' indexes are found and walked (the mutations start from there)."""
-    walked = [walk_chunk_index(s.data, s.base, s.address) for s in h5_seeds()]
-    assert walked[-1] == 0  # superblock version 3: nothing to walk
-    assert all(n >= 2 for n in walked[:-1]), walked
+def test_h5_seeds_walk_cleanly() -> None:
+    """The unmutated seeds' chunk indexes and groups are walked (mutations start there)."""
+    kinds = set()
+    for s in h5_seeds():
+        sb = h5index.parse_superblock(s.data[s.base : s.base + h5index.SUPERBLOCK_SIZE])
+        for t in s.datasets:
+            assert walk_dataset(s.data, s.base, t) > 0, t
+            read = lambda a, b, s=s: s.data[s.base + a : s.base + b]  # noqa: E731
+            messages = h5index.object_header_messages(read, 0, t.address, sb.sizeof_addr)
+            layout = h5index.chunk_layout(messages, sb)
+            assert layout is not None
+            kinds.add(layout.index_type)
+        for g in s.groups:
+            walk_group(s.data, s.base, g)
+    assert kinds == {h5index.BTREE_V1, h5index.FIXED_ARRAY, h5index.SINGLE_CHUNK}
+    assert {s.data[s.base + 8] for s in h5_seeds()} == {0, 2, 3}  # superblock versions
 
 
 @given(st.integers(0, 2**16), MUTATIONS, st.integers(0, 2**32 - 1))
 @settings(FUZZ, max_examples=500)
 def test_h5index_mutated_files(seed: int, ops: list[tuple[int, int, int]], address: int) -> None:
-    """Mutated superblocks, object headers and B-tree nodes, and wrong header addresses:
-    the walk gets values inside their ranges, or FormatError (the contract of a prefetch
-    hint: hdf5.prefetch_chunk_index catches FormatError and leaves the rest to libhdf5)."""
+    """Mutated superblocks, object headers, v1 B-tree nodes (chunk keys, levels, entries,
+    children), fixed array headers, data blocks and pages, and wrong header addresses: each
+    chunk-index walk gives a checked table (hostile_h5.walk_dataset) or FormatError /
+    UnsupportedError."""
+    seeds = h5_seeds()
+    s = seeds[seed % len(seeds)]
+    buf = mutate(s.data, ops, hot=s.hot if ops[0][0] != 1 else None)
+    for t in s.datasets[:4]:
+        run_input("h5index", lambda t=t: walk_dataset(buf, s.base, t))
+    wrong = dataclasses.replace(s.datasets[0], address=address % len(s.data))
+    run_input("h5index", lambda: walk_dataset(s.data, s.base, wrong))
+    FINISHED.add("h5index")
+
+
+@given(st.integers(0, 2**16), MUTATIONS)
+@settings(FUZZ, max_examples=300)
+def test_h5groups_mutated_files(seed: int, ops: list[tuple[int, int, int]]) -> None:
+    """Mutated group B-trees (type 0), symbol-table nodes and local heaps: each group walk
+    gives links inside the file or FormatError."""
     seeds = h5_seeds()
     for k in range(2):
         s = seeds[(seed + k) % len(seeds)]
         buf = mutate(s.data, ops, hot=s.hot if ops[0][0] != 1 else None)
-        run_input("h5index", lambda buf=buf, s=s: walk_chunk_index(buf, s.base, s.address))
-    s = seeds[seed % len(seeds)]
-    run_input("h5index", lambda: walk_chunk_index(s.data, s.base, address % len(s.data)))
-    FINISHED.add("h5index")
+        for g in s.groups[:2]:
+            run_input("h5groups", lambda g=g, s=s, buf=buf: walk_group(buf, s.base, g))
+    FINISHED.add("h5groups")
+
+
+#: An object header message: type, body, flags (attributes, layouts, anything: the header
+#: parser keeps bodies as they are).
+H5_MESSAGES = st.lists(
+    st.tuples(
+        st.sampled_from([0x01, 0x03, 0x05, 0x08, 0x0C, 0x0C, 0x11, 0x12, 0x15, 0x16]),
+        st.binary(max_size=80),
+        st.integers(0, 3),
+    ),
+    max_size=12,
+)
+
+
+def _header_v1(messages: list[tuple[int, bytes, int]]) -> bytes:
+    body = b"".join(
+        struct.pack("<HHB3x", kind, len(data), flags) + data + bytes(-len(data) % 8)
+        for kind, data, flags in messages
+    )
+    return struct.pack("<BxHII4x", 1, len(messages), 1, len(body)) + body
+
+
+def _header_v2(messages: list[tuple[int, bytes, int]], flags: int, ochk: bool = False) -> bytes:
+    order = bool(flags & 0x04)
+    body = b"".join(
+        struct.pack("<BHB", kind, len(data), mflags) + (struct.pack("<H", i) if order else b"")
+        + data
+        for i, (kind, data, mflags) in enumerate(messages)
+    )  # fmt: skip
+    if ochk:
+        block = b"OCHK" + body
+    else:
+        width = 1 << (flags & 3)
+        times = bytes(16) if flags & 0x20 else b""
+        phase = struct.pack("<HH", 8, 6) if flags & 0x10 else b""
+        block = b"OHDR\x02" + bytes([flags]) + times + phase + len(body).to_bytes(width, "little")
+        block += body
+    return block + struct.pack("<I", h5sum.lookup3(block))
+
+
+@given(H5_MESSAGES, H5_MESSAGES, st.integers(0, 1), st.integers(0, 0x37), MUTATIONS)
+@settings(FUZZ, max_examples=300)
+def test_h5_generated_object_headers(
+    first: list[tuple[int, bytes, int]],
+    second: list[tuple[int, bytes, int]],
+    version: int,
+    flags: int,
+    ops: list[tuple[int, int, int]],
+) -> None:
+    """Generated version-1 and version-2 object headers (attribute, layout, datatype and
+    other messages, a continuation block): parsed back message for message; then mutated:
+    messages or FormatError only."""
+    flags = (flags & 0x34) | 2  # 4-byte chunk size; times, phase change, creation order
+    if version == 0:
+        second_block = b"".join(
+            struct.pack("<HHB3x", k, len(d), f) + d + bytes(-len(d) % 8) for k, d, f in second
+        )
+    else:
+        second_block = _header_v2(second, flags, ochk=True)
+    at = 4096  # where the continuation block goes
+    cont = struct.pack("<QQ", at, len(second_block))
+    messages = [*first, (0x10, cont, 0)]
+    header = _header_v1(messages) if version == 0 else _header_v2(messages, flags)
+    buf = header + bytes(at - len(header)) + second_block
+    expected = [(k, d) for k, d, _ in messages] + [(k, d) for k, d, _ in second]
+
+    def parse(data: bytes) -> tuple[tuple[int, bytes], ...]:
+        return h5index.object_header_messages(lambda a, b: data[a:b], 0, 0, 8)
+
+    got = run_input("h5headers", lambda: parse(buf))
+    assert got is None
+    assert list(parse(buf)) == expected
+    hot = list(range(min(len(header), 64))) + list(range(at, at + 32))
+    run_input("h5headers", lambda: parse(mutate(buf, ops, hot=hot if ops[0][0] != 1 else None)))
+    FINISHED.add("h5headers")
+
+
+def test_h5_mutated_mat_files_end_to_end(tmp_path: Path) -> None:
+    """Mutated MAT v7.3 files (B-trees, symbol nodes, heaps, object headers) through
+    open_mat: every variable listed and read, in a subprocess that must not die of a signal;
+    only npystore's errors."""
+    rnd = random.Random(14)
+    seeds = [s for s in h5_seeds() if s.base == 512]
+    paths = []
+    for i in range(E2E_FILES):
+        s = seeds[i % len(seeds)]
+        ops = [(rnd.randrange(8), rnd.randrange(2**32), rnd.randrange(2**32))
+               for _ in range(rnd.randint(1, 3))]  # fmt: skip
+        buf = mutate(s.data, ops, hot=s.hot if ops[0][0] != 1 else None)
+        path = tmp_path / f"m{i:03d}.mat"
+        path.write_bytes(buf[:128] if len(buf) < 128 else s.data[:128] + buf[128:])
+        paths.append(path)
+    pristine = tmp_path / "pristine.mat"
+    pristine.write_bytes(seeds[0].data)
+    for record in run_e2e(pristine, paths):
+        COUNTS["h5-e2e"] += 1
+        SLOWEST["h5-e2e"] = max(SLOWEST.get("h5-e2e", 0.0), record["seconds"])
+        assert not record["outcome"].startswith("BAD"), record
+        assert record["seconds"] < MAX_SECONDS, record
+    FINISHED.add("h5-e2e")
 
 
 # ---------------------------------------------------------------- no eval, no unpickling

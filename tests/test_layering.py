@@ -11,7 +11,7 @@
   the demo, the command line and its Zarr conversion (``cli``, ``convert``).
 - ``npzfs.py`` is an fsspec filesystem (the ``npz://`` protocol): it imports fsspec to
   subclass its base classes, but reads through ``fetch`` like everything else (no s3fs).
-- h5py (HDF5 metadata of MAT v7.3 files) only by ``hdf5.py``, ``h5guard.py`` and
+- h5py (HDF5 metadata of MAT v7.3 files) only by ``hdf5.py``, ``h5safe.py`` and
   ``mat_v73.py``.
 """
 
@@ -94,7 +94,7 @@ def test_import_rules(path: Path) -> None:
         assert not any(n.startswith("npystore.formats") for n in imports), (
             f"{rel} parses bytes: imports {sorted(imports)}"
         )
-    if rel not in ("hdf5.py", "h5guard.py", "mat_v73.py"):
+    if rel not in ("hdf5.py", "h5safe.py", "mat_v73.py"):
         assert "h5py" not in roots, f"{rel} imports h5py: HDF5 metadata is read in hdf5.py only"
     if not rel.startswith("faces/") and rel not in TOOLS:
         assert "dask" not in roots, f"{rel} imports dask outside faces/"

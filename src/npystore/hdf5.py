@@ -9,12 +9,20 @@ one costs a few block requests. Array
 values are then read through the reader, chunks batched and in parallel
 (:mod:`npystore.chunked`).
 
-Addresses are checked against the bytes. libhdf5 releases before the 2024 fix
-(HDFGroup/hdf5#4236, in 1.14.4) reported chunk addresses relative to the end of the user
-block, and MATLAB v7.3 files have a 512-byte user block; so, once per file, one chunk as
-libhdf5 reads it (``read_direct_chunk``) is compared with the raw bytes at the reported
-address and at that address plus the user block (:class:`AddressCheck`), and likewise a
-prefix of one contiguous dataset.
+Chunk indexes and group symbol tables are never walked by libhdf5 unchecked: a B-tree
+node that points to itself would crash the process. :class:`~npystore.h5meta.H5Meta`
+parses them with npystore's own bounded parsers (:mod:`npystore.formats.h5chunks`,
+:mod:`npystore.formats.h5groups`), one batch of requests per B-tree level, and the chunk
+table of a :class:`~npystore.layout.ChunkedExtent` comes from that walk, its addresses as
+the file format defines them (relative to the superblock). libhdf5's own errors on corrupt
+structures become :class:`~npystore.errors.FormatError` at one place,
+:func:`hdf5_errors`.
+
+Contiguous addresses are checked against the bytes. libhdf5 releases before the 2024 fix
+(HDFGroup/hdf5#4236, in 1.14.4) reported addresses relative to the end of the user block,
+and MATLAB v7.3 files have a 512-byte user block; so, once per file, a prefix of one
+contiguous dataset as libhdf5 reads it is compared with the raw bytes at the reported
+address and at that address plus the user block (:class:`AddressCheck`).
 
 Typical use::
 
@@ -25,12 +33,11 @@ Typical use::
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 import weakref
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Final
 
 import h5py
@@ -39,8 +46,9 @@ import numpy as np
 from npystore.blockfile import DEFAULT_BLOCK_SIZE, WHOLE_FILE_LIMIT, BlockFile
 from npystore.errors import FormatError, NpystoreError, UnsupportedError
 from npystore.fetch import RangeReader
-from npystore.formats import h5index
-from npystore.h5guard import check_storage
+from npystore.formats.h5chunks import ChunkTable, Geometry
+from npystore.h5meta import H5Meta
+from npystore.h5safe import check_storage, object_identity
 from npystore.layout import ArrayLayout, ChunkedExtent, Filter, InlineExtent, RawExtent, Storage
 
 __all__ = [
@@ -48,13 +56,13 @@ __all__ = [
     "WHOLE_FILE_LIMIT",
     "AddressCheck",
     "BlockFile",
-    "ChunkRecord",
-    "chunk_records",
+    "chunk_table",
     "dataset_layout",
+    "hdf5_errors",
+    "header_address",
+    "object_identity",
     "open_h5",
 ]
-
-_log = logging.getLogger(__name__)
 
 #: Unwritten contiguous datasets up to this size become inline fill values.
 _INLINE_FILL_LIMIT: Final = 16 * 2**20
@@ -62,14 +70,6 @@ _INLINE_FILL_LIMIT: Final = 16 * 2**20
 _FILL_CHUNK_BYTES: Final = 4 * 2**20
 #: Bytes of a contiguous dataset compared with the raw bytes when verifying its address.
 _PREFIX_BYTES: Final = 4096
-#: Chunks of at most this size are preferred for the address check (cheap to compare).
-_CHECK_CHUNK_BYTES: Final = 2**20
-#: The first libhdf5 release that reports chunk addresses with the user block.
-_FIXED_HDF5: Final = (1, 14, 4)
-#: Chunks (in index order) looked at for one already cached, to check addresses with.
-_CACHED_SCAN: Final = 64
-#: Most bytes of chunk B-tree nodes fetched ahead of libhdf5 for one dataset.
-_PRELOAD_BYTES: Final = 32 * 2**20
 #: Most chunks of one dataset's chunk grid (its offsets, sizes and masks take 20 bytes each,
 #: allocated up front: a 2 KB file may declare a grid of 2**40 chunks).
 MAX_CHUNK_GRID: Final = 1 << 24
@@ -79,10 +79,10 @@ class AddressCheck:
     """Byte addresses libhdf5 reports for one file, checked against the file's bytes.
 
     One per reader (:meth:`for_reader`); :func:`open_h5` registers its :class:`BlockFile`
-    so that the raw bytes compared come from the block cache. The first chunked dataset
-    with a chunk decides the correction of every chunk address of the file
-    (:attr:`chunk_shift`, 0 or the user block size), the first contiguous dataset that of
-    contiguous addresses (:attr:`contiguous_shift`).
+    so that the raw bytes compared come from the block cache. The first contiguous dataset
+    decides the correction of every contiguous address of the file
+    (:attr:`contiguous_shift`, 0 or the user block size). Chunk addresses come from
+    npystore's own parse of the chunk index and need no correction.
 
     Parameters
     ----------
@@ -92,18 +92,13 @@ class AddressCheck:
 
     def __init__(self, reader: RangeReader) -> None:
         self.reader = reader
-        #: Bytes added to every chunk address (None until a chunk was checked).
-        self.chunk_shift: int | None = None
         #: Bytes added to every contiguous address (None until one was checked).
         self.contiguous_shift: int | None = None
         self._blockfile: weakref.ref[BlockFile] | None = None
         self._lock = threading.RLock()
 
     def __repr__(self) -> str:
-        return (
-            f"AddressCheck({self.reader.url!r}, chunk_shift={self.chunk_shift}, "
-            f"contiguous_shift={self.contiguous_shift})"
-        )
+        return f"AddressCheck({self.reader.url!r}, contiguous_shift={self.contiguous_shift})"
 
     @classmethod
     def for_reader(cls, reader: RangeReader) -> AddressCheck:
@@ -132,21 +127,13 @@ class AddressCheck:
             return blockfile.read_at(start, stop)
         return self.reader.read(start, stop)
 
-    def chunk_shift_of(
-        self, dset: Any, records: Sequence[ChunkRecord], userblock: int, source: str
+    def contiguous_shift_of(
+        self, dset: Any, offset: int, nbytes: int, userblock: int, source: str
     ) -> int:
-        """The correction of the chunk addresses of ``dset``'s file, deciding it if needed.
+        """The correction of contiguous addresses, deciding it from ``dset`` if needed.
 
-        Parameters
-        ----------
-        dset : h5py.Dataset
-            A chunked dataset.
-        records : sequence of ChunkRecord
-            Its chunks as libhdf5 reports them (at least one).
-        userblock : int
-            The file's user block size.
-        source : str
-            Name for messages.
+        A prefix of at most 4 KiB of ``dset`` as h5py reads it is compared with the raw
+        bytes at ``offset`` (and ``offset + userblock``).
 
         Returns
         -------
@@ -156,60 +143,7 @@ class AddressCheck:
         Raises
         ------
         FormatError
-            The raw bytes match libhdf5's chunk at neither address.
-        """
-        with self._lock:
-            if self.chunk_shift is None:
-                self.chunk_shift = self._decide_chunks(dset, records, userblock, source)
-            return self.chunk_shift
-
-    def _decide_chunks(
-        self, dset: Any, records: Sequence[ChunkRecord], userblock: int, source: str
-    ) -> int:
-        # prefer chunks already in the block cache (near the metadata): no request
-        blockfile = self.blockfile()
-        cached = (
-            {
-                r
-                for r in records[:_CACHED_SCAN]
-                if blockfile.cached(r.address, r.address + r.size + userblock)
-            }
-            if blockfile is not None
-            else set()
-        )
-        small = sorted(
-            (r for r in records if r.size <= _CHECK_CHUNK_BYTES),
-            key=lambda r: (r not in cached, -r.size),
-        )
-        candidates = small[:3] or [min(records, key=lambda r: r.size)]
-        for rec in candidates:
-            _, truth = dset.id.read_direct_chunk(rec.coords)
-            truth = bytes(truth)
-            plain = self.read_raw(rec.address, rec.address + rec.size) == truth
-            shifted = bool(userblock) and (
-                self.read_raw(rec.address + userblock, rec.address + userblock + rec.size) == truth
-            )
-            if plain and not shifted:
-                return 0
-            if shifted and not plain:
-                return userblock
-            if not plain:
-                raise FormatError(
-                    f"{source}: chunk {rec.coords} as HDF5 reads it ({len(truth)} bytes) "
-                    f"matches the file's bytes neither at its reported address "
-                    f"{rec.address} nor {userblock} bytes later (the user block)"
-                )
-        # every candidate matched at both addresses (repetitive data): trust the version
-        return 0 if h5py.version.hdf5_version_tuple >= _FIXED_HDF5 else userblock
-
-    def contiguous_shift_of(
-        self, dset: Any, offset: int, nbytes: int, userblock: int, source: str
-    ) -> int:
-        """The correction of contiguous addresses, deciding it from ``dset`` if needed.
-
-        A prefix of at most 4 KiB of ``dset`` as h5py reads it is compared with the raw
-        bytes at ``offset`` (and ``offset + userblock``). Same returns and errors as
-        :meth:`chunk_shift_of`.
+            The raw bytes match libhdf5's values at neither address.
         """
         with self._lock:
             if self.contiguous_shift is None:
@@ -275,67 +209,55 @@ def open_h5(reader: RangeReader, *, block_size: int | None = None) -> h5py.File:
 
     Notes
     -----
-    Read members through :func:`npystore.h5guard.safe_root`, which refuses external and
+    Read members through :func:`npystore.h5safe.safe_root`, which refuses external and
     user-defined links, virtual datasets and external storage. Should anything follow
     them anyway, libhdf5 opens external link targets and virtual sources with this file's
     driver (h5py's file-object driver, which ignores file names: they resolve inside this
     same file), never from the local filesystem; only external *storage* is opened by
-    name, which is why every read checks :func:`npystore.h5guard.check_storage` first.
+    name, which is why every read checks :func:`npystore.h5safe.check_storage` first.
     """
     blockfile = BlockFile(reader, block_size=block_size)
-    try:
+    with hdf5_errors(f"{reader.url}: not a readable HDF5 file"):
         h5 = h5py.File(blockfile, "r")
-    except NpystoreError:
-        raise
-    except OSError as exc:
-        raise FormatError(f"{reader.url}: not a readable HDF5 file: {exc}") from exc
+        try:
+            userblock = int(h5.id.get_create_plist().get_userblock())
+            H5Meta.for_reader(reader).attach(blockfile, userblock)
+        except BaseException:
+            h5.close()
+            raise
     AddressCheck.for_reader(reader).attach(blockfile)
     return h5
 
 
-@dataclass(frozen=True, slots=True)
-class ChunkRecord:
-    """One stored chunk as libhdf5 reports it.
+#: What h5py raises for libhdf5's errors (its error stack mapped to Python types).
+LIBHDF5_ERRORS: Final = (RuntimeError, OSError, KeyError, ValueError)
 
-    Attributes
+
+@contextmanager
+def hdf5_errors(context: str) -> Iterator[None]:
+    """Turn the errors libhdf5 reports through h5py into :class:`FormatError`.
+
+    The one place where libhdf5's complaints about a corrupt file (``RuntimeError``,
+    ``OSError``, ``KeyError``, ``ValueError`` from h5py: a bad B-tree signature, a heap
+    past the end of the file, an unreadable object header) become npystore's error;
+    npystore's own errors pass through unchanged, and ``NotImplementedError`` (a valid
+    feature h5py does not handle) becomes :class:`UnsupportedError`.
+
+    Parameters
     ----------
-    coords : tuple of int
-        Element coordinates of the chunk's first element (HDF5 axes).
-    filter_mask : int
-        Bit ``i`` set: filter ``i`` was skipped.
-    address : int
-        Reported byte address of the stored chunk (not yet checked).
-    size : int
-        Stored bytes.
+    context : str
+        Start of the message: the URL and what was being done, e.g.
+        ``"s3://b/k.mat: variable x"``; libhdf5's message follows.
     """
-
-    coords: tuple[int, ...]
-    filter_mask: int
-    address: int
-    size: int
-
-
-def chunk_records(dset: Any) -> list[ChunkRecord]:
-    """Every stored chunk of a chunked h5py dataset (``chunk_iter``, or one
-    ``get_chunk_info`` call per chunk with older libhdf5)."""
-    out: list[ChunkRecord] = []
-
-    def visit(info: Any) -> None:
-        out.append(
-            ChunkRecord(
-                tuple(int(c) for c in info.chunk_offset),
-                int(info.filter_mask),
-                int(info.byte_offset),
-                int(info.size),
-            )
-        )
-
-    if hasattr(dset.id, "chunk_iter"):
-        dset.id.chunk_iter(visit)
-    else:  # pragma: no cover - libhdf5 < 1.12.3
-        for i in range(dset.id.get_num_chunks()):
-            visit(dset.id.get_chunk_info(i))
-    return out
+    try:
+        yield
+    except NpystoreError:
+        raise
+    except NotImplementedError as exc:
+        raise UnsupportedError(f"{context}: HDF5 cannot read it: {exc}") from exc
+    except LIBHDF5_ERRORS as exc:
+        text = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        raise FormatError(f"{context}: HDF5 reports {text}") from exc
 
 
 def dataset_layout(
@@ -406,7 +328,7 @@ def dataset_layout(
     elif kind == h5py.h5d.CONTIGUOUS:
         storage = _contiguous(dset, reader, shape, dtype, dcpl, check, userblock, source)
     elif kind == h5py.h5d.CHUNKED:
-        storage = _chunked(dset, reader, shape, dtype, dcpl, check, userblock, source)
+        storage = _chunked(dset, reader, shape, dtype, dcpl, userblock, source)
     else:
         raise UnsupportedError(f"{source}: HDF5 storage layout {kind}")
     if not matlab:
@@ -497,7 +419,6 @@ def _chunked(
     shape: tuple[int, ...],
     dtype: np.dtype[Any],
     dcpl: Any,
-    check: AddressCheck,
     userblock: int,
     source: str,
 ) -> ChunkedExtent:
@@ -505,119 +426,76 @@ def _chunked(
     if len(chunk) != len(shape) or any(c <= 0 for c in chunk):
         raise FormatError(f"{source}: chunk shape {chunk} for a dataset of shape {shape}")
     grid = _grid(shape, chunk, source)
+    table = chunk_table(dset, reader, userblock, source)
     offsets = np.full(grid, -1, dtype=np.int64)
     sizes = np.zeros(grid, dtype=np.int64)
     masks = np.zeros(grid, dtype=np.uint32)
-    blockfile = check.blockfile()
-    if blockfile is not None:
-        prefetch_chunk_index(dset, blockfile, userblock, source)
-    try:
-        records = [
-            r
-            for r in chunk_records(dset)
-            if all(0 <= o < n for o, n in zip(r.coords, shape, strict=True))
-        ]
-    finally:
-        if blockfile is not None:
-            blockfile.drop_preloaded()
-    if records:
-        shift = check.chunk_shift_of(dset, records, userblock, source)
-        index = tuple(
-            np.array([r.coords[d] // chunk[d] for r in records], dtype=np.intp)
-            for d in range(len(shape))
-        )
-        offsets[index] = np.array([r.address for r in records], dtype=np.int64) + shift
-        sizes[index] = [r.size for r in records]
-        masks[index] = [r.filter_mask for r in records]
-        end = offsets[index] + sizes[index]
-        if int(end.max()) > reader.size:
-            worst = int(np.argmax(end))
-            raise FormatError(
-                f"{source}: chunk {records[worst].coords} at bytes "
-                f"[{int(offsets[index][worst])}, {int(end[worst])}) runs past the end of "
-                f"the file ({reader.size} bytes)"
-            )
+    if len(table):
+        index = tuple(table.grid[:, d] for d in range(len(shape)))
+        offsets[index] = table.addresses + userblock
+        sizes[index] = table.sizes
+        masks[index] = table.masks
     return ChunkedExtent(chunk, offsets, sizes, masks, _filters(dcpl), _fill_bytes(dcpl, dtype))
 
 
-def prefetch_chunk_index(dset: Any, blockfile: BlockFile, base: int, source: str) -> int:
-    """Fetch the nodes of ``dset``'s chunk B-tree into ``blockfile``, one level per batch of
-    concurrent requests, before libhdf5 walks them one at a time.
-
-    Only version-1 B-tree indexes (data layout version 3: what MATLAB, hdf5storage and
-    h5py's defaults write) are walked, at most :data:`_PRELOAD_BYTES` of nodes; anything
-    else is left to libhdf5. The parse only decides what to fetch: libhdf5 still reads and
-    checks every node, so a wrong guess costs requests, never values.
+def chunk_table(dset: Any, reader: RangeReader, userblock: int, source: str) -> ChunkTable:
+    """The stored chunks of a chunked h5py dataset, from npystore's own walk of its chunk
+    index (libhdf5 never walks it: see :mod:`npystore.formats.h5chunks`).
 
     Parameters
     ----------
     dset : h5py.Dataset
-        A chunked dataset of the file ``blockfile`` holds.
-    blockfile : BlockFile
-        The file object h5py reads the file through.
-    base : int
-        The base address (the user block size).
+        A chunked dataset of the file ``reader`` reads.
+    reader : RangeReader
+        Reader of the file.
+    userblock : int
+        The file's user block size (where the superblock is).
     source : str
-        Name for the debug log.
+        Name for messages.
 
     Returns
     -------
-    int
-        Number of nodes fetched (0 when nothing was walked).
+    ChunkTable
+        Grid coordinates, addresses (relative to the superblock), sizes and filter masks.
+
+    Raises
+    ------
+    FormatError
+        The layout message or the chunk index is malformed or hostile, or disagrees with
+        the dataset's chunk shape.
+    UnsupportedError
+        A chunk index type npystore does not parse (extensible array, version-2 B-tree),
+        or a grid of more than :data:`MAX_CHUNK_GRID` chunks.
     """
-    try:
-        sb = h5index.parse_superblock(blockfile.read_at(base, base + 32))
-        if sb is None:
-            return 0
-        address = _header_address(dset)
-        if address is None:
-            return 0
-        messages = _header_messages(blockfile, base, address, sb)
-        index = h5index.chunk_index(messages, sb.sizeof_addr)
-        if index is None:
-            return 0
-        size = h5index.btree_node_size(index.dimensionality, sb.sizeof_addr, sb.chunk_k)
-        level = [index.root]
-        seen = set(level)
-        fetched = 0
-        while level and fetched + len(level) <= _PRELOAD_BYTES // size:
-            blockfile.preload([(base + a, base + a + size) for a in level])
-            fetched += len(level)
-            below: list[int] = []
-            for a in level:
-                depth, children = h5index.parse_btree_node(
-                    blockfile.read_at(base + a, base + a + size),
-                    index.dimensionality,
-                    sb.sizeof_addr,
-                )
-                if depth > 0:
-                    below.extend(c for c in children if c not in seen)
-                    seen.update(children)
-            level = below
-        return fetched
-    except FormatError as exc:
-        _log.debug("%s: chunk index not prefetched: %s", source, exc)
-        return 0
+    meta = H5Meta.for_reader(reader)
+    meta.attach(None, userblock)
+    address = header_address(dset)
+    h5type = dset.id.get_type()
+    geo = Geometry(
+        source,
+        tuple(int(n) for n in dset.shape),
+        tuple(None if m is None else int(m) for m in dset.maxshape),
+        int(h5type.get_size()),
+        dset.id.get_create_plist().get_nfilters() > 0,
+        meta.file_end,
+        MAX_CHUNK_GRID,
+    )
+    layout = meta.chunk_layout(address)
+    if layout is None:
+        raise FormatError(f"{source}: HDF5 reports a chunked dataset, its layout message is not")
+    chunk = tuple(int(c) for c in dset.chunks)
+    if layout.chunk != chunk:
+        raise FormatError(
+            f"{source}: the layout message gives chunks of {layout.chunk}, HDF5 reports {chunk}"
+        )
+    table = meta.chunk_table(address, geo)
+    assert table is not None  # the layout is chunked
+    return table
 
 
-def _header_address(dset: Any) -> int | None:
-    """The object header address of ``dset`` (relative to the base address).
-
-    ``H5Gget_objinfo`` reads the header only; ``H5Oget_info`` would also walk the whole
-    chunk index to total its size, one node read at a time: what the prefetch avoids.
-    """
-    get_objinfo = getattr(h5py.h5g, "get_objinfo", None)
-    if get_objinfo is None:  # pragma: no cover - HDF5 built without deprecated symbols
-        return None
-    low, high = get_objinfo(dset.id).objno
-    return int(low) + (int(high) << 64)
-
-
-def _header_messages(
-    blockfile: BlockFile, base: int, address: int, sb: h5index.Superblock
-) -> tuple[tuple[int, bytes], ...]:
-    """Every message of the object header at ``address`` (continuations followed)."""
-    return h5index.object_header_messages(blockfile.read_at, base, address, sb.sizeof_addr)
+def header_address(obj: Any) -> int:
+    """The object header address of an h5py object (relative to the base address)."""
+    return object_identity(obj)[1]
 
 
 def _grid(shape: tuple[int, ...], chunk: tuple[int, ...], source: str) -> tuple[int, ...]:

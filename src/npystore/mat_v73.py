@@ -7,7 +7,7 @@ the result into a :mod:`npystore.mattree` tree. Numeric values are never read he
 numeric leaf is a :class:`~npystore.access.LayoutArray` over the dataset's bytes
 (:func:`npystore.hdf5.dataset_layout`), read only when the leaf is read. Characters,
 object references, the dims of empty values and object headers are small metadata and
-are read with it. The tree is walked over :mod:`npystore.h5guard`'s wrappers: external and
+are read with it. The tree is walked over :mod:`npystore.h5safe`'s wrappers: external and
 user-defined links, external storage and virtual datasets are refused
 (:class:`~npystore.errors.UnsupportedError`), so a file never makes npystore read another.
 
@@ -33,11 +33,12 @@ from typing import Any, Final
 import numpy as np
 
 from npystore.access import LayoutArray
-from npystore.errors import FormatError, NpystoreError, UnsupportedError
+from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader
 from npystore.formats import mat73
-from npystore.h5guard import safe_root, unwrap
-from npystore.hdf5 import dataset_layout, open_h5
+from npystore.h5meta import H5Meta
+from npystore.h5safe import Guard, SafeDataset, object_identity, safe_root
+from npystore.hdf5 import chunk_table, dataset_layout, hdf5_errors, open_h5
 from npystore.layout import (
     ArrayLayout,
     ChunkedExtent,
@@ -103,15 +104,15 @@ class Mat73File:
         if prefix is None or len(prefix) < min(reader.size, HEADER_TEXT_SIZE):
             prefix = reader.read(0, min(reader.size, HEADER_TEXT_SIZE))
         self.header_text = _header_text(prefix)
-        try:
-            self._h5 = open_h5(reader)
-        except OSError as exc:
-            if isinstance(exc, NpystoreError):
-                raise
-            raise FormatError(f"{self.source}: not a readable HDF5 (MAT v7.3) file: {exc}") from exc
+        self._h5 = open_h5(reader)
+        base = H5Meta.for_reader(reader).base or 0
+        guard = Guard(
+            reader, object_identity, lambda dset, src: chunk_table(dset, reader, base, src)
+        )
         self._max_depth = max_depth
-        # the tree sees only checked wrappers: no link or value it reaches can name a file
-        root = safe_root(self._h5, self.source)
+        # the tree sees only checked wrappers: no B-tree libhdf5 walks is unchecked, and no
+        # link or value it reaches can name a file
+        root = safe_root(self._h5, self.source, guard)
         self._tree = mat73.Mat73Tree(root, source=self.source, max_depth=max_depth)
         self._built: dict[mat73.MatNode, MatNode] = {}
         self._closed = False
@@ -138,7 +139,8 @@ class Mat73File:
         """Every variable as ``whos`` lists it, in the file's (HDF5 link) order, from
         attributes and shapes; no numeric data is read."""
         self._check_open()
-        return {name: MatInfo(**self._tree.info(name)._asdict()) for name in self._tree.names()}
+        with hdf5_errors(f"{self.source}: listing the variables"):
+            return {name: MatInfo(**self._tree.info(name)._asdict()) for name in self._tree.names()}
 
     def node(self, name: str) -> MatNode:
         """The tree of one variable; numeric leaves are lazy.
@@ -153,14 +155,10 @@ class Mat73File:
             The variable is valid but beyond npystore's limits.
         """
         self._check_open()
-        try:
-            return self._build(self._tree.parse(name))
-        except OSError as exc:
-            if isinstance(exc, NpystoreError):
-                raise
-            raise FormatError(
-                f"{self.source}: variable {name}: HDF5 could not read its metadata: {exc}"
-            ) from exc
+        with hdf5_errors(f"{self.source}: variable {name}"):
+            if self._tree.has(name):
+                return self._build(self._tree.parse(name))
+        raise KeyError(f"{self.source}: no variable {name!r}")
 
     def close(self) -> None:
         """Close the HDF5 file (leaves already built keep reading through the reader)."""
@@ -226,7 +224,8 @@ class Mat73File:
         if dset is None:
             layout = ArrayLayout(dtype, dims or (0,), "F", InlineExtent(b""))
             return LayoutArray(self.reader, layout, source=source)
-        stored = dataset_layout(unwrap(dset), self.reader, matlab=True, source=source)
+        raw = dset.h5obj if isinstance(dset, SafeDataset) else dset
+        stored = dataset_layout(raw, self.reader, matlab=True, source=source)
         if dims is not None:
             stored = _padded(stored, dims, source)
         same = stored.dtype.names is None and (

@@ -1,27 +1,33 @@
-"""Where an HDF5 chunked dataset's chunk index (a version-1 B-tree) is, and its nodes.
+"""HDF5 superblocks, object headers and the messages npystore's own walks need.
 
-npystore reads HDF5 metadata with libhdf5 (h5py), which walks a chunk index one node at a
-time: on an object store every node is a round trip, and the nodes of a large dataset are
-scattered among its chunks (MATLAB and h5py write them as chunks are allocated). This
-module parses just enough of the format to find the nodes *level by level*, so that
-:mod:`npystore.hdf5` can fetch each level's nodes in one batch of concurrent requests before
-libhdf5 walks them (from cache). libhdf5 stays the authority on what the chunks are: a wrong
-guess here costs requests, never correctness.
+npystore never lets libhdf5 walk a B-tree it has not checked (a node pointing to itself
+crashes the process): chunk indexes (:mod:`npystore.formats.h5chunks`) and group symbol
+tables (:mod:`npystore.formats.h5groups`) are parsed here first, from bytes. This module
+parses what leads to them: the superblock, object headers (continuation blocks followed,
+checksums of version-2 headers verified) and the data layout, symbol table and link info
+messages.
 
-All addresses below are *relative to the base address* (the superblock's position: the user
-block size for MATLAB files); callers add it. Every integer is little-endian.
+All addresses are *relative to the base address* (the superblock's position: the user
+block size for MATLAB files); callers add it. Every integer is little-endian; O and L are
+the superblock's sizes of offsets and lengths.
 
 Superblock, versions 0 and 1 (at the base address)::
 
-    offset  size  field
-    0       8     signature  \\x89 H D F \\r \\n \\x1a \\n
-    8       1     superblock version (0..3; only 0 and 1 carry the sizes below at these places)
-    13      1     size of offsets (bytes per address: 2, 4 or 8)
-    14      1     size of lengths
-    24      2     version 1 only: indexed storage internal node K (chunk B-tree K; 32
-                  otherwise)
+    0   8  signature  \\x89 H D F \\r \\n \\x1a \\n     8  1  version
+    13  1  size of offsets O                       14 1  size of lengths L
+    16  2  group leaf node K   18 2 group internal node K   20 4 flags
+    24  2  version 1 only: chunk B-tree K (32 otherwise), 2 reserved
+    then base, free-space, end-of-file and driver addresses (O each) and the root group's
+    symbol-table entry (L name offset, O header address, u32 cache type, u32 reserved,
+    16 scratch bytes: cache type 1 holds its B-tree and local heap addresses)
 
-Object header, version 1 (at the address ``H5Oget_info`` reports)::
+Superblock, versions 2 and 3::
+
+    0 signature  8 version  9 O  10 L  11 flags  12 base, extension, end-of-file and root
+    header addresses (O each), u32 checksum. Non-default K values are in the extension's
+    object header (a B-tree 'K' values message, type 0x13).
+
+Object header, version 1 (at the address ``H5Gget_objinfo`` reports)::
 
     0   1  version (1)          1  1  reserved
     2   2  number of messages   4  4  reference count
@@ -34,49 +40,51 @@ Object header, version 2::
     then 16 bytes of times if flags & 0x20, 4 bytes of attribute phase change if flags & 0x10,
     the size of chunk 0 in 1 << (flags & 3) bytes, then messages (type u8, data size u16,
     flags u8, creation order u16 if flags & 0x04, data) and a 4-byte checksum. Continuation
-    blocks of a v2 header start with "OCHK".
+    blocks of a v2 header start with "OCHK" and end with a checksum; their messages have
+    the header's layout (creation order if its flags say so).
 
-Messages used: continuation (type 0x10: address, length of another block of messages) and
-data layout (type 0x08). Data layout version 3, class 2 (chunked)::
+Data layout message (type 0x08), chunked (class 2)::
 
-    0  1  version (3)    1  1  layout class (2)    2  1  dimensionality d (rank + 1)
-    3  size-of-offsets   address of the chunk B-tree root (undefined: all ones)
-    then d x u32 chunk dimensions (the last is the element size)
-
-Version-1 B-tree node of a chunk index (type 1)::
-
-    0   4  "TREE"            4  1  node type (1)      5  1  level (0 = leaf)
-    6   2  entries used n    8     left sibling, right sibling (size-of-offsets each)
-    keys and children interleaved: key 0, child 0, key 1, ..., child n-1, key n
-    key: chunk size u32, filter mask u32, d x u64 chunk offsets (element coordinates)
-    child: an address (a node one level down, or a chunk at level 0)
-
-libhdf5 reads a node as ``24 + 2K * address + (2K + 1) * key`` bytes whatever its fill
-(:func:`btree_node_size`); that is the extent fetched for it.
+    versions 1, 2: version, dimensionality d, class, 5 reserved, O index address, d x u32
+    version 3:     version, class, d, O index address (a v1 B-tree), d x u32
+    versions 4, 5: version, class, flags, d, w, d x (w-byte) sizes, index type (1 single
+                   chunk, 2 implicit, 3 fixed array, 4 extensible array, 5 v2 B-tree),
+                   its parameters, O index address
+    the d sizes are the chunk dimensions and, last, the element size
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from npystore.errors import FormatError
+from npystore.formats import h5sum
 
 __all__ = [
+    "BTREE_V1",
+    "BTREE_V2",
     "DEFAULT_CHUNK_K",
-    "ChunkIndex",
+    "EXTENSIBLE_ARRAY",
+    "FIXED_ARRAY",
     "HEADER_PREFIX",
-    "HeaderBlock",
+    "IMPLICIT",
+    "INDEX_NAMES",
     "MAX_HEADER_SIZE",
+    "SINGLE_CHUNK",
+    "SUPERBLOCK_SIZE",
+    "ChunkLayout",
+    "HeaderBlock",
     "Superblock",
-    "btree_node_size",
-    "chunk_index",
+    "btree_k_values",
+    "chunk_layout",
     "header_size",
+    "link_storage",
     "object_header_messages",
-    "parse_btree_node",
     "parse_object_header",
+    "symbol_table",
+    "undefined",
     "parse_superblock",
 ]
 
@@ -85,16 +93,51 @@ SIGNATURE: Final = b"\x89HDF\r\n\x1a\n"
 DEFAULT_CHUNK_K: Final = 32
 _CONTINUATION: Final = 0x10
 _LAYOUT: Final = 0x08
+_BTREE_K: Final = 0x13
+_SYMBOL_TABLE: Final = 0x11
+_LINK_INFO: Final = 0x02
 _MAX_MESSAGES: Final = 65535
 
 
 @dataclass(frozen=True, slots=True)
 class Superblock:
-    """What the chunk-index walk needs from a version 0/1 superblock."""
+    """What the walks need from a superblock (any version).
+
+    Attributes
+    ----------
+    version : int
+        0 to 3.
+    sizeof_addr, sizeof_len : int
+        Bytes per address and per length (2, 4 or 8).
+    chunk_k : int
+        K of chunk B-trees (nodes hold up to 2K chunks): version 1 records it, versions
+        2 and 3 in the superblock extension (see :func:`btree_k_values`), else 32.
+    group_leaf_k, group_internal_k : int
+        K of symbol-table nodes (up to 2K entries) and of group B-tree nodes.
+    base_address : int
+        The base address recorded (0 or the superblock's position).
+    eof_address : int
+        The end-of-file address recorded (relative to the base).
+    root_header : int
+        The root group's object header address.
+    extension : int or None
+        Versions 2 and 3: the superblock extension's object header address, if any.
+    root_stab : (int, int) or None
+        Versions 0 and 1: the root group's B-tree and local heap addresses cached in its
+        symbol-table entry (libhdf5 checks them against the group's own message).
+    """
 
     version: int
     sizeof_addr: int
-    chunk_k: int
+    sizeof_len: int = 8
+    chunk_k: int = DEFAULT_CHUNK_K
+    group_leaf_k: int = 4
+    group_internal_k: int = 16
+    base_address: int = 0
+    eof_address: int = 0
+    root_header: int = 0
+    extension: int | None = None
+    root_stab: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,20 +156,75 @@ class HeaderBlock:
     continuations: tuple[tuple[int, int], ...]
 
 
+#: Chunk index types (of layout message versions 4 and 5; 0 stands for the version-1
+#: B-tree of versions 1 to 3).
+BTREE_V1: Final = 0
+SINGLE_CHUNK: Final = 1
+IMPLICIT: Final = 2
+FIXED_ARRAY: Final = 3
+EXTENSIBLE_ARRAY: Final = 4
+BTREE_V2: Final = 5
+INDEX_NAMES: Final = {
+    BTREE_V1: "version-1 B-tree",
+    SINGLE_CHUNK: "single chunk",
+    IMPLICIT: "implicit",
+    FIXED_ARRAY: "fixed array",
+    EXTENSIBLE_ARRAY: "extensible array",
+    BTREE_V2: "version-2 B-tree",
+}
+#: Bytes of index information after the index type, per type (single chunk: more when
+#: filtered).
+_INDEX_INFO: Final = {
+    SINGLE_CHUNK: 0,
+    IMPLICIT: 0,
+    FIXED_ARRAY: 1,
+    EXTENSIBLE_ARRAY: 5,
+    BTREE_V2: 6,
+}
+#: Most dimensions of an HDF5 dataspace (H5S_MAX_RANK).
+MAX_RANK: Final = 32
+
+
 @dataclass(frozen=True, slots=True)
-class ChunkIndex:
-    """A chunked dataset's version-1 B-tree chunk index.
+class ChunkLayout:
+    """A chunked dataset's data layout message.
 
     Attributes
     ----------
-    root : int
-        Address of the root node (relative to the base address).
-    dimensionality : int
-        The rank plus one (keys hold one more offset than the rank).
+    version : int
+        Layout message version (1 to 5).
+    chunk : tuple of int
+        Chunk dimensions (the dataset's rank of them).
+    element_size : int
+        Bytes per element (the last dimension the message records).
+    index_type : int
+        :data:`BTREE_V1` ... :data:`BTREE_V2`.
+    address : int or None
+        Address of the index (for a single chunk: of the chunk; implicit: of the first
+        chunk), None while nothing is allocated.
+    flags : int
+        Version 4/5 flags (bit 0: partial edge chunks are not filtered; bit 1: the single
+        chunk is filtered).
+    filtered_size, filter_mask : int
+        The single chunk's stored size and filter mask when it is filtered (else 0).
+    info : bytes
+        The index type's parameters as stored (fixed array: page bits; ...).
     """
 
-    root: int
-    dimensionality: int
+    version: int
+    chunk: tuple[int, ...]
+    element_size: int
+    index_type: int
+    address: int | None
+    flags: int = 0
+    filtered_size: int = 0
+    filter_mask: int = 0
+    info: bytes = b""
+
+    @property
+    def index_name(self) -> str:
+        """The index type's name."""
+        return INDEX_NAMES.get(self.index_type, f"type {self.index_type}")
 
 
 def _uint(data: bytes, offset: int, size: int, what: str) -> int:
@@ -137,26 +235,82 @@ def _uint(data: bytes, offset: int, size: int, what: str) -> int:
     return int.from_bytes(data[offset : offset + size], "little")
 
 
-def parse_superblock(data: bytes) -> Superblock | None:
-    """The superblock at the start of ``data``, or None for versions 2 and 3.
+#: Bytes at the base address that hold any superblock :func:`parse_superblock` reads.
+SUPERBLOCK_SIZE: Final = 160
+
+
+def undefined(sizeof_addr: int) -> int:
+    """The undefined address (all bits set) for addresses of ``sizeof_addr`` bytes."""
+    return (1 << (8 * sizeof_addr)) - 1
+
+
+def parse_superblock(data: bytes) -> Superblock:
+    """The superblock at the start of ``data`` (give it :data:`SUPERBLOCK_SIZE` bytes).
 
     Raises
     ------
     FormatError
-        No HDF5 signature, or an address size other than 2, 4 or 8.
+        No HDF5 signature, an unknown version, sizes other than 2, 4 or 8, a K of 0, a
+        checksum mismatch (versions 2 and 3), or too few bytes.
     """
     if not data.startswith(SIGNATURE) or len(data) < 16:
         raise FormatError(f"no HDF5 superblock: the bytes start {data[:8]!r}")
     version = data[8]
-    if version > 1:
-        return None
-    sizeof_addr = data[13]
-    if sizeof_addr not in (2, 4, 8):
-        raise FormatError(f"HDF5 superblock with {sizeof_addr}-byte addresses")
-    k = _uint(data, 24, 2, "superblock") if version == 1 else DEFAULT_CHUNK_K
-    if k <= 0:
-        raise FormatError("HDF5 superblock with a chunk B-tree K of 0")
-    return Superblock(version, sizeof_addr, k)
+    if version > 3:
+        raise FormatError(f"HDF5 superblock of version {version}, expected 0 to 3")
+    new = version >= 2
+    sizeof_addr, sizeof_len = (data[9], data[10]) if new else (data[13], data[14])
+    for what, size in (("addresses", sizeof_addr), ("lengths", sizeof_len)):
+        if size not in (2, 4, 8):
+            raise FormatError(f"HDF5 superblock with {size}-byte {what}")
+    o = sizeof_addr
+    if new:
+        fields = [_uint(data, 12 + i * o, o, "superblock") for i in range(4)]
+        h5sum.check(data[: 12 + 4 * o + 4], f"HDF5 superblock version {version}")
+        base, ext, eof, root = fields
+        return Superblock(
+            version, o, sizeof_len, base_address=base, eof_address=eof, root_header=root,
+            extension=None if ext == undefined(o) else ext,
+        )  # fmt: skip
+    leaf_k = _uint(data, 16, 2, "superblock")
+    internal_k = _uint(data, 18, 2, "superblock")
+    chunk_k = _uint(data, 24, 2, "superblock") if version == 1 else DEFAULT_CHUNK_K
+    if min(leaf_k, internal_k, chunk_k) <= 0:
+        raise FormatError(
+            f"HDF5 superblock with a B-tree K of 0 (group leaf {leaf_k}, group internal "
+            f"{internal_k}, chunk {chunk_k})"
+        )
+    pos = 24 if version == 0 else 28
+    base, _free, eof, _driver = (_uint(data, pos + i * o, o, "superblock") for i in range(4))
+    entry = pos + 4 * o  # the root group's symbol-table entry
+    root = _uint(data, entry + sizeof_len, o, "superblock root entry")
+    cache = _uint(data, entry + sizeof_len + o, 4, "superblock root entry")
+    scratch = entry + sizeof_len + o + 8
+    stab = (
+        (_uint(data, scratch, o, "root entry"), _uint(data, scratch + o, o, "root entry"))
+        if cache == 1
+        else None
+    )
+    return Superblock(
+        version, o, sizeof_len, chunk_k, leaf_k, internal_k, base, eof, root, None, stab
+    )
+
+
+def btree_k_values(messages: tuple[tuple[int, bytes], ...], sb: Superblock) -> Superblock:
+    """``sb`` with the B-tree K values of its superblock extension's messages (a B-tree 'K'
+    values message, type 0x13), if there is one."""
+    for kind, body in messages:
+        if kind != _BTREE_K:
+            continue
+        if len(body) < 7 or body[0] != 0:
+            raise FormatError(
+                f"B-tree 'K' values message of {len(body)} bytes, version {body[:1]!r}"
+            )
+        chunk_k, internal_k, leaf_k = (_uint(body, 1 + 2 * i, 2, "K values") for i in range(3))
+        if min(chunk_k, internal_k, leaf_k) <= 0:
+            raise FormatError("B-tree 'K' values message with a K of 0")
+        return replace(sb, chunk_k=chunk_k, group_internal_k=internal_k, group_leaf_k=leaf_k)
+    return sb
 
 
 #: Bytes of an object header that :func:`header_size` needs.
@@ -193,7 +347,9 @@ def header_size(prefix: bytes) -> int:
     return size
 
 
-def parse_object_header(data: bytes, sizeof_addr: int, *, continuation: int = 0) -> HeaderBlock:
+def parse_object_header(
+    data: bytes, sizeof_addr: int, *, continuation: int = 0, header_flags: int = 0
+) -> HeaderBlock:
     """The messages of an object header block.
 
     Parameters
@@ -206,6 +362,9 @@ def parse_object_header(data: bytes, sizeof_addr: int, *, continuation: int = 0)
     continuation : int
         0 for the header itself, 1 for a continuation block of a version-1 header, 2 for
         one of a version-2 header.
+    header_flags : int
+        For a continuation block of a version-2 header: the header's flags (bit 2: each
+        message carries its creation order).
 
     Raises
     ------
@@ -215,7 +374,7 @@ def parse_object_header(data: bytes, sizeof_addr: int, *, continuation: int = 0)
     if continuation == 1:
         return _messages_v1(data, 0, len(data), sizeof_addr)
     if continuation == 2 or data.startswith(b"OHDR"):
-        return _header_v2(data, sizeof_addr, continuation == 2)
+        return _header_v2(data, sizeof_addr, continuation == 2, header_flags)
     if not data or data[0] != 1:
         raise FormatError(
             f"object header of version {data[0] if data else None}, expected 1 or 'OHDR'"
@@ -265,14 +424,22 @@ def object_header_messages(
     size = header_size(prefix)
     first = parse_object_header(read(start, start + size), sizeof_addr)
     version = 2 if prefix.startswith(b"OHDR") else 1
+    flags = prefix[5] if version == 2 else 0
     messages = list(first.messages)
     todo = list(first.continuations)
+    seen = {address}
     for _ in range(MAX_CONTINUATIONS):
         if not todo:
             break
         a, n = todo.pop(0)
+        if a in seen:
+            raise FormatError(f"object header at {address}: continuation block {a} reached twice")
+        seen.add(a)
         block = parse_object_header(
-            read(base + a, base + a + min(n, MAX_HEADER_BLOCK)), sizeof_addr, continuation=version
+            read(base + a, base + a + min(n, MAX_HEADER_BLOCK)),
+            sizeof_addr,
+            continuation=version,
+            header_flags=flags,
         )
         messages.extend(block.messages)
         todo.extend(block.continuations)
@@ -298,11 +465,14 @@ def _messages_v1(data: bytes, start: int, stop: int, sizeof_addr: int) -> Header
     return HeaderBlock(tuple(messages), tuple(continuations))
 
 
-def _header_v2(data: bytes, sizeof_addr: int, is_continuation: bool) -> HeaderBlock:
+def _header_v2(
+    data: bytes, sizeof_addr: int, is_continuation: bool, header_flags: int
+) -> HeaderBlock:
     if is_continuation:
         if not data.startswith(b"OCHK"):
             raise FormatError(f"object header continuation starts {data[:4]!r}, not 'OCHK'")
-        pos, stop, flags = 4, len(data) - 4, None
+        h5sum.check(data, "object header continuation block")
+        pos, stop, flags = 4, len(data) - 4, header_flags
     else:
         if _uint(data, 4, 1, "object header") != 2:
             raise FormatError(f"OHDR object header of version {data[4]}, expected 2")
@@ -311,8 +481,13 @@ def _header_v2(data: bytes, sizeof_addr: int, is_continuation: bool) -> HeaderBl
         width = 1 << (flags & 3)
         size = _uint(data, pos, width, "object header")
         pos += width
-        stop = min(len(data), pos + size)
-    order = bool(flags is not None and flags & 0x04)
+        stop = pos + size
+        if stop + 4 > len(data):
+            raise FormatError(
+                f"OHDR object header of {stop + 4} bytes, only {len(data)} bytes given"
+            )
+        h5sum.check(data[: stop + 4], "OHDR object header")
+    order = bool(flags & 0x04)
     messages: list[tuple[int, bytes]] = []
     continuations: list[tuple[int, int]] = []
     while pos + 4 <= stop and len(messages) < _MAX_MESSAGES:
@@ -344,52 +519,104 @@ def _collect(
         continuations.append((address, length))
 
 
-def chunk_index(messages: tuple[tuple[int, bytes], ...], sizeof_addr: int) -> ChunkIndex | None:
-    """The version-1 B-tree chunk index named by a layout message among ``messages``, or
-    None (not chunked, a layout version other than 3, or no index written yet)."""
-    for kind, body in messages:
-        if kind != _LAYOUT or len(body) < 3 + sizeof_addr:
-            continue
-        if body[0] != 3 or body[1] != 2:
-            return None
-        dimensionality = body[2]
-        root = _uint(body, 3, sizeof_addr, "layout message")
-        if root == (1 << (8 * sizeof_addr)) - 1 or dimensionality < 2:
-            return None
-        return ChunkIndex(root, dimensionality)
-    return None
-
-
-def btree_node_size(dimensionality: int, sizeof_addr: int, k: int) -> int:
-    """Bytes libhdf5 reads for one chunk B-tree node: header, 2K children, 2K+1 keys."""
-    key = 8 + 8 * dimensionality
-    return 8 + 2 * sizeof_addr + 2 * k * sizeof_addr + (2 * k + 1) * key
-
-
-def parse_btree_node(
-    data: bytes, dimensionality: int, sizeof_addr: int
-) -> tuple[int, tuple[int, ...]]:
-    """The level and the child addresses of a chunk B-tree node.
+def chunk_layout(messages: tuple[tuple[int, bytes], ...], sb: Superblock) -> ChunkLayout | None:
+    """The chunked layout among an object header's ``messages``, or None when the layout is
+    not chunked (or there is no layout message: not a dataset).
 
     Raises
     ------
     FormatError
-        No ``TREE`` signature, another node type, or entries past the bytes.
+        A malformed layout message: unknown version, a dimensionality outside 2..33, a
+        chunk dimension of 0, an unknown chunk index type, or fields past its end.
     """
-    if not data.startswith(b"TREE"):
-        raise FormatError(f"B-tree node starts {data[:4]!r}, not 'TREE'")
-    if _uint(data, 4, 1, "B-tree node") != 1:
-        raise FormatError(f"B-tree node of type {data[4]}, expected 1 (chunks)")
-    level = _uint(data, 5, 1, "B-tree node")
-    entries = _uint(data, 6, 2, "B-tree node")
-    key = 8 + 8 * dimensionality
-    first = 8 + 2 * sizeof_addr + key
-    step = key + sizeof_addr
-    end = first + (entries - 1) * step + sizeof_addr if entries else first
-    if end > len(data):
-        raise FormatError(
-            f"B-tree node with {entries} entries needs {end} bytes, it has {len(data)}"
-        )
-    fmt = {2: "<H", 4: "<I", 8: "<Q"}[sizeof_addr]
-    children = tuple(struct.unpack_from(fmt, data, first + i * step)[0] for i in range(entries))
-    return level, children
+    for kind, body in messages:
+        if kind == _LAYOUT:
+            return _layout(body, sb)
+    return None
+
+
+def _layout(body: bytes, sb: Superblock) -> ChunkLayout | None:
+    o = sb.sizeof_addr
+    version = _uint(body, 0, 1, "layout message")
+    if version in (1, 2):
+        ndims, cls = _uint(body, 1, 1, "layout message"), _uint(body, 2, 1, "layout message")
+        if cls != 2:
+            return None
+        address = _uint(body, 8, o, "layout message")
+        dims = tuple(_uint(body, 8 + o + 4 * i, 4, "layout message") for i in range(ndims))
+        flags, index_type = 0, BTREE_V1
+    elif version == 3:
+        if _uint(body, 1, 1, "layout message") != 2:
+            return None
+        ndims = _uint(body, 2, 1, "layout message")
+        address = _uint(body, 3, o, "layout message")
+        dims = tuple(_uint(body, 3 + o + 4 * i, 4, "layout message") for i in range(ndims))
+        flags, index_type = 0, BTREE_V1
+    elif version in (4, 5):
+        if _uint(body, 1, 1, "layout message") != 2:
+            return None
+        flags = _uint(body, 2, 1, "layout message")
+        ndims = _uint(body, 3, 1, "layout message")
+        width = _uint(body, 4, 1, "layout message")
+        if not 1 <= width <= 8:
+            raise FormatError(f"chunked layout message with {width}-byte dimension sizes")
+        dims = tuple(_uint(body, 5 + width * i, width, "layout message") for i in range(ndims))
+        pos = 5 + width * ndims
+        index_type = _uint(body, pos, 1, "layout message")
+        if index_type not in _INDEX_INFO:
+            raise FormatError(f"chunked layout message with chunk index type {index_type}")
+        pos += 1
+        info_size = _INDEX_INFO[index_type]
+        filtered_size = filter_mask = 0
+        if index_type == SINGLE_CHUNK and flags & 2:
+            filtered_size = _uint(body, pos, sb.sizeof_len, "layout message")
+            filter_mask = _uint(body, pos + sb.sizeof_len, 4, "layout message")
+            info_size = sb.sizeof_len + 4
+        info = body[pos : pos + info_size]
+        address = _uint(body, pos + info_size, o, "layout message")
+    else:
+        raise FormatError(f"data layout message of version {version}, expected 1 to 5")
+    if not 2 <= ndims <= MAX_RANK + 1:
+        raise FormatError(f"chunked layout message of dimensionality {ndims}, expected 2..33")
+    if 0 in dims:
+        raise FormatError(f"chunked layout message with chunk dimensions {dims}")
+    layout = ChunkLayout(
+        version, dims[:-1], dims[-1], index_type, None if address == undefined(o) else address,
+        flags,
+    )  # fmt: skip
+    if version >= 4:
+        layout = replace(layout, filtered_size=filtered_size, filter_mask=filter_mask, info=info)
+    return layout
+
+
+def symbol_table(
+    messages: tuple[tuple[int, bytes], ...], sizeof_addr: int
+) -> tuple[int, int] | None:
+    """The B-tree and local heap addresses of an old-style group's symbol table message
+    (type 0x11) among ``messages``, or None when there is none."""
+    for kind, body in messages:
+        if kind == _SYMBOL_TABLE:
+            o = sizeof_addr
+            return _uint(body, 0, o, "symbol table message"), _uint(
+                body, o, o, "symbol table message"
+            )
+    return None
+
+
+def link_storage(
+    messages: tuple[tuple[int, bytes], ...], sizeof_addr: int
+) -> tuple[int, int] | None:
+    """The fractal heap and name-index v2 B-tree addresses of a new-style group that stores
+    its links densely (a link info message, type 0x02), or None (links in the header, or
+    not a group)."""
+    for kind, body in messages:
+        if kind != _LINK_INFO:
+            continue
+        flags = _uint(body, 1, 1, "link info message")
+        pos = 2 + (8 if flags & 1 else 0)
+        heap = _uint(body, pos, sizeof_addr, "link info message")
+        names = _uint(body, pos + sizeof_addr, sizeof_addr, "link info message")
+        if heap == undefined(sizeof_addr):
+            return None
+        return heap, names
+    return None

@@ -2,7 +2,7 @@
 
 A v7.3 MAT-file is an HDF5 file behind a 512-byte user block (the MAT header text). This
 module never opens anything: it walks an HDF5 root group handed to it
-(:func:`npystore.h5guard.safe_root` of an h5py ``File``: links are checked before they are
+(:func:`npystore.h5safe.safe_root` of an h5py ``File``: links are checked before they are
 followed, and a dataset's values are read only through ``read(where)``, which refuses
 external storage and virtual datasets) and reads attributes, shapes and the small datasets
 that are metadata in MATLAB's scheme (characters, object references, the dims of empty

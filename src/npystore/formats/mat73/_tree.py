@@ -79,6 +79,10 @@ class Mat73Tree:
         """Variable names in the file's (HDF5 link) order."""
         return [name for name in self._root if name not in RESERVED]
 
+    def has(self, name: str) -> bool:
+        """Whether ``name`` is a variable of the file."""
+        return name not in RESERVED and "/" not in name and name in self._root
+
     def member(self, name: str) -> H5Dataset | H5Group:
         """The HDF5 object of a variable; KeyError naming it when there is none."""
         if name in RESERVED or "/" in name or name not in self._root:
