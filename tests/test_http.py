@@ -25,6 +25,10 @@ class _RangeHandler(BaseHTTPRequestHandler):
     matches: list[str | None]
     #: Serve ETags as weak ones (W/"..."), which cannot pin range requests.
     weak: bool = False
+    #: Ignore If-Match (answer with the current bytes), like rclone's ``serve s3``.
+    ignore_if_match: bool = False
+    #: Send the ETag on HEAD only, not with the data (RFC 9110 says a 206 carries it).
+    etag_on_get: bool = True
 
     def _etag(self, data: bytes) -> str:
         tag = f'"{zlib.crc32(data):08x}"'
@@ -57,7 +61,11 @@ class _RangeHandler(BaseHTTPRequestHandler):
         self.log.append(header or "")
         match_header = self.headers.get("If-Match")
         self.matches.append(match_header)
-        if match_header is not None and match_header not in ("*", self._etag(data)):
+        if (
+            match_header is not None
+            and match_header not in ("*", self._etag(data))
+            and not self.ignore_if_match
+        ):
             self.send_error(412)
             return
         match = re.fullmatch(r"bytes=(\d+)-(\d*)", header or "")
@@ -70,6 +78,8 @@ class _RangeHandler(BaseHTTPRequestHandler):
         else:
             body = data
             self.send_response(200)
+        if self.etag_on_get:
+            self.send_header("ETag", self._etag(data))
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
