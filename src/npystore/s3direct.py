@@ -249,7 +249,9 @@ async def direct_get(
     if any(answer is not None for _, answer in answers):
         raise DirectUnusable("a before-send handler answers S3 requests (a stub or a mock)")
     try:
-        async with session.get(signed.url, headers=headers) as resp:
+        connect, read = signed.timeouts  # this client's (the session may be another's)
+        timeout = aiohttp.ClientTimeout(sock_connect=connect, sock_read=read)
+        async with session.get(signed.url, headers=headers, timeout=timeout) as resp:
             status = resp.status
             response = {"status_code": status, "headers": resp.headers, "body": b""}
             if status in (200, 206):
