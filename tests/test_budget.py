@@ -19,12 +19,14 @@ from typing import Any
 import fsspec
 import numpy as np
 import pytest
+from fsspec.asyn import AsyncFileSystem
+from fsspec.implementations.memory import MemoryFileSystem
 
 import npystore
 from faultproxy import FaultProxy
 from npystore import remote
 from npystore.errors import FetchError
-from npystore.fetch import READ_BUDGET, RangeReader, open_reader
+from npystore.fetch import READ_BUDGET, ObjectIdentity, RangeReader, open_reader
 
 
 def _npy(arr: np.ndarray) -> bytes:
@@ -242,3 +244,72 @@ def test_configuration_errors_are_raised_at_once(s3: Any, bad: dict[str, Any]) -
     with pytest.raises(TypeError, match=r"unexpected keyword argument"):
         npystore.open_npy(url, storage_options=s3.server.storage_options(**bad))
     assert time.monotonic() - began < 1.5  # six attempts with backoff took 1.7-2.5 s
+
+
+# -- other filesystems -----------------------------------------------------------------------
+
+
+class _SlowAsyncFS(AsyncFileSystem):  # type: ignore[misc]
+    """An async filesystem like gcsfs or adlfs: ``_cat_file`` per range, fsspec's gather."""
+
+    protocol = "slowasync"
+
+    def __init__(self, data: bytes, delay: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(skip_instance_cache=True, **kwargs)
+        self.data, self.delay, self.calls = data, delay, 0
+
+    async def _info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        return {"name": path, "size": len(self.data), "type": "file"}
+
+    async def _cat_file(
+        self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any
+    ) -> bytes:
+        self.calls += 1
+        await asyncio.sleep(self.delay)
+        return self.data[start:end]
+
+
+def test_other_async_filesystems_read_under_the_budget() -> None:
+    data = bytes(range(256)) * 100
+    fs = _SlowAsyncFS(data)
+    identity = ObjectIdentity.from_info("slowasync://x", {"size": len(data)})
+    reader = RangeReader(fs, "x", identity, budget=0.5)
+    assert reader._async_ranges
+    assert reader.read_many([(0, 10), (300, 20_000)]) == [data[:10], data[300:20_000]]
+    fs.delay = 30.0  # a read that never ends
+    began = time.monotonic()
+    with pytest.raises(
+        FetchError, match=r"slowasync://x: reading bytes \[5, 50\) ran out of its time budget"
+    ):
+        reader.read(5, 50)
+    assert time.monotonic() - began < 3
+
+
+class _ShortFS(MemoryFileSystem):  # type: ignore[misc]
+    """A synchronous filesystem whose cat_ranges answers slowly and short, or fails."""
+
+    protocol = "shortmem"
+    failure: BaseException | None = None
+
+    def cat_ranges(self, paths: list[str], starts: list[int], ends: list[int], **kw: Any) -> Any:
+        time.sleep(0.2)
+        if self.failure is not None:
+            return [self.failure for _ in paths]
+        return [b"x" for _ in paths]
+
+
+def test_synchronous_filesystems_check_the_budget_between_rounds() -> None:
+    fs = _ShortFS(skip_instance_cache=True)
+    identity = ObjectIdentity.from_info("shortmem://y", {"size": 100})
+    reader = RangeReader(fs, "y", identity, budget=0.3)
+    began = time.monotonic()
+    with pytest.raises(
+        FetchError,
+        match=r"shortmem://y: reading bytes \[0, 4\) ran out of its time budget of 0\.3 s after "
+        r"2 attempts .*last problem: got 1 bytes, expected 4",
+    ):
+        reader.read(0, 4)
+    assert time.monotonic() - began < 2
+    fs.failure = TypeError("cat_ranges() got an unexpected keyword argument 'x'")
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        reader.read(0, 4)
