@@ -19,7 +19,7 @@ import pytest
 
 import npystore
 from faultproxy import FaultProxy
-from npystore import fetch
+from npystore import opening
 from npystore.errors import ConsistencyError
 from npystore.fetch import open_reader
 
@@ -53,7 +53,7 @@ def test_the_proxy_really_ignores_if_match(s3: Any, liar: dict[str, Any]) -> Non
     s3fs.S3FileSystem.clear_instance_cache()
     fs = s3fs.S3FileSystem(**liar)
     bucket, key = url.removeprefix("s3://").split("/", 1)
-    resp, body = sync(fs.loop, fetch._get_object, fs, bucket, key, "bytes=0-9", {"IfMatch": etag})
+    resp, body = sync(fs.loop, opening.get_object, fs, bucket, key, "bytes=0-9", {"IfMatch": etag})
     assert body == b"b" * 10
     assert resp["ETag"] != etag
 
