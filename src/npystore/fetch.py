@@ -26,8 +26,8 @@ retried with exponential backoff and jitter, up to :data:`REMOTE_ATTEMPTS` attem
 a time budget per range (see :mod:`npystore.remote`), before a
 :class:`~npystore.errors.FetchError` names the URL, the range and the last problem.
 
-Readers pickle as ``(filesystem, path, identity)``: a dask worker rebuilds the filesystem once
-(fsspec caches instances), never once per chunk.
+Readers pickle as ``(filesystem, path, identity, budget)``: a dask worker rebuilds the
+filesystem once (fsspec caches instances), never once per chunk.
 """
 
 from __future__ import annotations
@@ -650,9 +650,12 @@ def _default_cat_ranges(fs: Any) -> bool:
     range, gathered): then reading the ranges one by one changes nothing but the budget."""
     from fsspec.asyn import AsyncFileSystem  # noqa: PLC0415
 
-    impl = getattr(type(fs), "_cat_ranges", None)
-    cat_file = getattr(type(fs), "_cat_file", None)
-    return impl is AsyncFileSystem._cat_ranges and cat_file is not AsyncFileSystem._cat_file
+    cls = type(fs)
+    return (
+        getattr(cls, "_cat_ranges", None) is AsyncFileSystem._cat_ranges
+        and getattr(cls, "cat_ranges", None) is fsspec.AbstractFileSystem.cat_ranges
+        and getattr(cls, "_cat_file", None) is not AsyncFileSystem._cat_file
+    )
 
 
 def _is_http(fs: Any) -> bool:

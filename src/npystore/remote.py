@@ -60,16 +60,11 @@ BUDGET_OPTION: Final = "npystore_read_budget"
 #: The environment variable that sets the budget when ``storage_options`` does not.
 BUDGET_ENV: Final = "NPYSTORE_READ_BUDGET"
 
-#: Exceptions that no retry can mend: bugs and configuration errors.
-_FATAL: Final = (
-    TypeError,
-    AttributeError,
-    NameError,
-    ImportError,
-    NotImplementedError,
-    AssertionError,
-    NpystoreError,
-)
+#: Exceptions that no retry can mend: configuration errors (a misspelled option is a
+#: ``TypeError`` from the first request), missing code, npystore's own verdicts. Not
+#: ``AttributeError``/``AssertionError``/``ValueError``: HTTP clients raise those on some
+#: dropped connections, which a retry mends.
+_FATAL: Final = (TypeError, NameError, ImportError, NotImplementedError, NpystoreError)
 
 
 def budget_from(value: Any = None) -> float:
@@ -191,6 +186,8 @@ async def read_ranges(
     ConsistencyError
         The object changed or disappeared since it was opened.
     """
+    if not ranges:
+        return []
     tasks = [
         asyncio.ensure_future(_read_one(k, a, b, get_one, url, budget, sem, attempts))
         for k, (a, b) in enumerate(ranges)
