@@ -9,7 +9,15 @@ random generator:
 - ``"slow"``: wait ``slow_seconds`` before forwarding;
 - ``"short"``: a lying server: the response head says ``Content-Length`` is half of what
   was asked, and exactly that many body bytes follow (the HTTP client sees a complete,
-  short response; only the reader's own length check can notice).
+  short response; only the reader's own length check can notice);
+- ``"trickle"``: relay the head and half the body at once, then one byte every
+  ``trickle_seconds`` (each socket read stays inside any read timeout, the body never ends
+  in time);
+- ``"stall"``: relay the head and half the body, then nothing until the client gives up.
+
+``ignore_pins=True`` makes the server behind the proxy one that ignores pins, as rclone's
+``serve s3`` ignores ``If-Match``: every request loses its ``If-Match`` header and its
+``versionId`` query parameter before the server sees it (whatever ``rate`` says).
 
 Other requests (HEAD, PUT, listings) pass unchanged. ``counts`` tallies requests and faults.
 Runs its own event loop in a daemon thread; use it as a context manager.
@@ -20,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import re
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -34,6 +43,20 @@ _503 = (
     b"Content-Length: " + str(len(_SLOW_DOWN)).encode() + b"\r\nConnection: close\r\n\r\n"
 ) + _SLOW_DOWN
 _METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")
+_IF_MATCH = re.compile(rb"\r\nif-match:[^\r]*", re.IGNORECASE)
+_VERSION_ID = re.compile(rb"([?&])versionId=[^&\s]*&?")
+
+
+def strip_pins(data: bytes) -> bytes:
+    """A request without its ``If-Match`` header and ``versionId`` query parameter."""
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return data
+    head, rest = data[:end], data[end:]
+    line, sep, headers = head.partition(b"\r\n")
+    line = _VERSION_ID.sub(lambda m: m.group(1), line).replace(b"? ", b" ").replace(b"& ", b" ")
+    headers = _IF_MATCH.sub(b"", sep + headers)
+    return line + headers + rest
 
 
 class FaultProxy:
@@ -46,6 +69,8 @@ class FaultProxy:
         rate: float = 0.15,
         faults: Sequence[str] = ("503", "drop", "slow", "short"),
         slow_seconds: float = 0.2,
+        trickle_seconds: float = 0.2,
+        ignore_pins: bool = False,
         seed: int = 0,
     ) -> None:
         host, _, port = target.removeprefix("http://").rpartition(":")
@@ -53,6 +78,8 @@ class FaultProxy:
         self.rate = rate
         self.faults = tuple(faults)
         self.slow_seconds = slow_seconds
+        self.trickle_seconds = trickle_seconds
+        self.ignore_pins = ignore_pins
         self.rng = random.Random(seed)
         self.counts: Counter[str] = Counter()
         self.url = ""
@@ -71,6 +98,10 @@ class FaultProxy:
         async def stop() -> None:
             if self._server is not None:
                 self._server.close()
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in others:  # stalled and trickling relays
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -117,6 +148,34 @@ class FaultProxy:
         await writer.drain()
         raise ConnectionResetError("short response sent")
 
+    async def _slow(
+        self, fault: str, data: bytes, up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Relay one response's head and half its body, then trickle or stall the rest."""
+        while b"\r\n\r\n" not in data:
+            more = await up_reader.read(1 << 16)
+            if not more:
+                return
+            data += more
+        end = data.index(b"\r\n\r\n") + 4
+        match = re.search(rb"\r\ncontent-length:\s*(\d+)", data[:end], re.IGNORECASE)
+        total = end + (int(match.group(1)) if match else 0)
+        while len(data) < total:
+            more = await up_reader.read(1 << 16)
+            if not more:
+                break
+            data += more
+        half = end + (total - end) // 2
+        writer.write(data[:half])
+        await writer.drain()
+        if fault == "stall":
+            await asyncio.sleep(3600)  # until the client gives up and this task is cancelled
+        for i in range(half, total):
+            await asyncio.sleep(self.trickle_seconds)
+            writer.write(data[i : i + 1])
+            await writer.drain()
+        raise ConnectionResetError("trickled response sent")
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
@@ -128,6 +187,8 @@ class FaultProxy:
         async def client_to_server() -> None:
             while data := await reader.read(1 << 16):
                 if data.startswith(_METHODS):
+                    if self.ignore_pins:
+                        data = strip_pins(data)
                     fault = self._draw(data)
                     current["fault"] = fault
                     if fault == "503":
@@ -143,6 +204,9 @@ class FaultProxy:
             while data := await up_reader.read(1 << 16):
                 if current["fault"] == "short":
                     await self._short(data, up_reader, writer)
+                    return
+                if current["fault"] in ("trickle", "stall"):
+                    await self._slow(current["fault"], data, up_reader, writer)
                     return
                 if current["fault"] == "drop":
                     end = data.find(b"\r\n\r\n")

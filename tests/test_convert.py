@@ -333,7 +333,8 @@ def test_s3_source_and_destination(
     so = s3.storage_options
     opts = ["-s", "key=testing", "-s", "secret=testing",
             "-s", f"client_kwargs.endpoint_url={so['client_kwargs']['endpoint_url']}",
-            "-s", "client_kwargs.region_name=us-east-1"]  # fmt: skip
+            "-s", "client_kwargs.region_name=us-east-1",
+            "-s", "npystore_read_budget=60"]  # npystore's, kept from the output's  # fmt: skip
     code, _, err = run(capsys, url, out, "--chunks", "30", "--no-progress", *opts)
     assert code == 0, err
     group = zarr.open_group(out, mode="r", storage_options=so)

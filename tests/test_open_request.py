@@ -145,11 +145,11 @@ def test_a_refused_suffix_range_is_asked_again_as_a_prefix(
     object (which is its tail), else a bounded prefix that serves as no tail."""
     from botocore.exceptions import ClientError
 
-    from npystore import fetch
+    from npystore import opening
 
     data = np.random.default_rng(1).integers(0, 255, size, dtype=np.uint8).tobytes()
     url = s3.put_bytes(data, "small.bin")
-    real = fetch._get_object
+    real = opening.get_object
     asked: list[str] = []
 
     async def refusing(fs: Any, bucket: str, key: str, byte_range: str, *a: Any, **k: Any) -> Any:
@@ -158,7 +158,7 @@ def test_a_refused_suffix_range_is_asked_again_as_a_prefix(
             raise ClientError({"Error": {"Code": "InvalidRange"}}, "GetObject")
         return await real(fs, bucket, key, byte_range, *a, **k)
 
-    monkeypatch.setattr(fetch, "_get_object", refusing)
+    monkeypatch.setattr(opening, "get_object", refusing)
     with s3.counter.measure() as m:
         reader = open_reader(url, s3.storage_options, tail=262_144)
     assert asked == ["bytes=-262144", "bytes=0-262143"]

@@ -63,6 +63,7 @@ from npystore.fetch import open_reader
 from npystore.formats import npy
 from npystore.layout import RawExtent
 from npystore.progress import Progress, format_size
+from npystore.remote import BUDGET_OPTION
 from npystore.stores import store_nodes
 
 __all__ = ["MANIFEST_KEY", "ConvertError", "ConvertResult", "convert", "format_size"]
@@ -285,7 +286,10 @@ def _plan(
 def _open_store(out: str, storage_options: Mapping[str, Any] | None) -> Store:
     if "://" not in out or out.startswith("file://"):
         return zarr.storage.LocalStore(out.removeprefix("file://"))
-    return zarr.storage.FsspecStore.from_url(out, storage_options=dict(storage_options or {}))
+    # npystore's own read option is not the output filesystem's (the command line may pass
+    # the input's options for the output too)
+    options = {k: v for k, v in (storage_options or {}).items() if k != BUDGET_OPTION}
+    return zarr.storage.FsspecStore.from_url(out, storage_options=options)
 
 
 async def _collect(items: AsyncIterator[str]) -> list[str]:

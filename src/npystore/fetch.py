@@ -11,19 +11,23 @@ It reads ranges four ways:
   *pinned* to the object opened: ``VersionId`` when the store reported one, else
   ``If-Match: <ETag>``; a replaced object answers 412 and the read raises
   :class:`~npystore.errors.ConsistencyError` (old and new bytes never mix in one result).
-  Each response's ``Content-Range`` total is checked against the size at open too;
-- http(s): concurrent ranged GETs on fsspec's event loop, each with ``If-Match`` and the
-  strong ETag the server reported at open (a replaced object answers 412:
-  :class:`~npystore.errors.ConsistencyError`); without a strong ETag, as below;
-- everything else: ``fs.cat_ranges``, many ranges in flight at once (async filesystems run
-  them concurrently on fsspec's event loop).
+  Servers that ignore the pin exist (rclone's ``serve s3`` answers ``If-Match`` with 200), so
+  every response's ``ETag`` (and ``VersionId``, when both sides have one) is compared with the
+  identity before its body is read, and its ``Content-Range`` total with the size at open;
+- http(s): concurrent ranged GETs on fsspec's event loop and session, each with ``If-Match``
+  and the strong ETag the server reported at open (a replaced object answers 412), and each
+  response's ``ETag`` compared with it (a mismatch, or no ETag at all, is a
+  :class:`~npystore.errors.ConsistencyError`); without a strong ETag at open, unpinned;
+- other async filesystems (gcs, azure, ...): one ``_cat_file`` per range, concurrently;
+- everything else: ``fs.cat_ranges``.
 
 Remote results are length-checked; a short body, a dropped connection or a server error is
-retried with exponential backoff and jitter, up to :data:`REMOTE_ATTEMPTS` attempts, before a
+retried with exponential backoff and jitter, up to :data:`REMOTE_ATTEMPTS` attempts and within
+a time budget per range (see :mod:`npystore.remote`), before a
 :class:`~npystore.errors.FetchError` names the URL, the range and the last problem.
 
-Readers pickle as ``(filesystem, path, identity)``: a dask worker rebuilds the filesystem once
-(fsspec caches instances), never once per chunk.
+Readers pickle as ``(filesystem, path, identity, budget)``: a dask worker rebuilds the
+filesystem once (fsspec caches instances), never once per chunk.
 """
 
 from __future__ import annotations
@@ -31,8 +35,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -43,26 +45,38 @@ from typing import Any, Final
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from npystore import s3direct
+from npystore import opening, remote, s3direct
 from npystore.errors import ConsistencyError, FetchError
+from npystore.remote import (
+    BUDGET_ENV,
+    BUDGET_OPTION,
+    READ_BUDGET,
+    REMOTE_ATTEMPTS,
+    RETRY_DELAY,
+    RETRY_DELAY_MAX,
+)
 
-__all__ = ["ObjectIdentity", "RangeReader", "open_reader", "read_cache_file", "write_cache_file"]
+__all__ = [
+    "BUDGET_ENV",
+    "BUDGET_OPTION",
+    "READ_BUDGET",
+    "REMOTE_ATTEMPTS",
+    "RETRY_DELAY",
+    "RETRY_DELAY_MAX",
+    "ObjectIdentity",
+    "RangeReader",
+    "open_reader",
+    "read_cache_file",
+    "write_cache_file",
+]
 
 #: Remote ranges larger than this are split into parts fetched concurrently.
 REMOTE_PART_SIZE: Final = 8 * 2**20
 #: Local ranges larger than this are split across the thread pool (when asked to).
 LOCAL_PART_SIZE: Final = 16 * 2**20
-#: Attempts for a remote range (short body, dropped connection, server error) before giving up.
-REMOTE_ATTEMPTS: Final = 6
-#: First retry delay in seconds; it doubles per attempt (plus up to 50% jitter), capped.
-RETRY_DELAY: Final = 0.05
-RETRY_DELAY_MAX: Final = 2.0
-#: Most bytes taken from a response stream at a time when it is copied into a buffer.
-_STREAM_PIECE: Final = 2**20
 #: Bytes read together with the identity when an S3 object is opened (see :func:`open_reader`):
 #: enough to recognise every format and to hold a typical .npy header, no array data.
 OPEN_HEAD: Final = 128
-_CONTENT_RANGE: Final = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 _IDENTITY_KEYS: Final = (
     "ETag",
@@ -138,6 +152,12 @@ class RangeReader:
         The object's path on ``fs``.
     identity : ObjectIdentity
         The object's identity captured at open.
+    head, tail : bytes
+        The object's first (last) bytes, read with the identity at open.
+    budget : float, optional
+        Seconds one remote range may take, all attempts included (see
+        :func:`npystore.remote.budget_from`; default: ``NPYSTORE_READ_BUDGET`` or
+        :data:`READ_BUDGET`).
     """
 
     #: Gap (bytes) below which neighbouring regions are read as one range.
@@ -153,15 +173,32 @@ class RangeReader:
         *,
         head: bytes = b"",
         tail: bytes = b"",
+        budget: float | None = None,
     ):
         self.fs = fs
         self.path = path
         self.identity = identity
+        #: Seconds one remote range may take, all its attempts and waits included.
+        self.budget = remote.budget_from(budget)
         self.local = isinstance(fs, LocalFileSystem)
         self._pinned_s3 = _is_s3(fs)
+        self._http = _is_http(fs)
+        #: Other async filesystems whose ``_cat_ranges`` is fsspec's (one ``_cat_file`` per
+        #: range): their ranges run under the budget like S3's and http's.
+        self._async_ranges = (
+            not (self.local or self._pinned_s3 or self._http)
+            and getattr(fs, "async_impl", False)
+            and _default_cat_ranges(fs)
+        )
+        fields = dict(identity.fields)
         #: http(s): reads carry ``If-Match`` with the strong ETag seen at open (a weak one,
         #: ``W/"..."``, never matches a range request, so it cannot pin).
-        self._http_etag = _strong_etag(identity) if _is_http(fs) else None
+        self._http_etag = _strong_etag(identity) if self._http else None
+        #: What every response must carry (S3 and http): the ETag and version id at open.
+        self._want_etag = (
+            (fields.get("ETag") or fields.get("etag")) if self._pinned_s3 else self._http_etag
+        )
+        self._want_version = (fields.get("VersionId") or fields.get("version_id")) or None
         #: S3: the presigned URL range reads go to (see :mod:`npystore.s3direct`), and
         #: whether that path is off for this reader (not applicable, or it failed once).
         self._signed: s3direct.SignedUrl | None = None
@@ -190,7 +227,7 @@ class RangeReader:
 
     def __reduce__(self) -> tuple[Callable[..., RangeReader], tuple[Any, ...]]:
         # the head stays behind: workers read what they need (it is pinned all the same)
-        return (RangeReader, (self.fs, self.path, self.identity))
+        return (_restore, (self.fs, self.path, self.identity, self.budget))
 
     def __repr__(self) -> str:
         return f"RangeReader({self.identity.url!r}, size={self.identity.size})"
@@ -278,7 +315,7 @@ class RangeReader:
             return
         split = _split(requests, REMOTE_PART_SIZE)
         ranges = [(s, s + v.nbytes) for s, v in split]
-        if self._pinned_s3:  # the body streams straight into the views: no extra copy
+        if self._pinned_s3 or self._http:  # the body streams straight into the views
             self._remote_read(ranges, into=[v for _, v in split])
             return
         datas = self._remote_read(ranges)
@@ -348,110 +385,151 @@ class RangeReader:
         self, ranges: list[tuple[int, int]], into: list[memoryview] | None = None
     ) -> list[bytes]:
         """Each range's bytes (or, with ``into``, each written into its view and ``b""``
-        returned), retried per range; pinned S3 reads only may pass ``into``."""
+        returned), retried per range within :attr:`budget`; S3 and http reads only may pass
+        ``into``."""
         if not ranges:
             return []
+        if not (self._pinned_s3 or self._http or self._async_ranges):
+            return self._sync_read(ranges)
+        from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
+
+        get_one: remote.GetOne
+        if self._pinned_s3:
+            get_one = self._s3_reads(into)
+        elif self._http:
+            get_one = self._http_reads(into)
+        else:
+            get_one = self._cat_file_reads()
+
+        async def all_ranges() -> list[bytes | memoryview]:
+            sem = await self._slots()
+            return await remote.read_ranges(
+                ranges, get_one, url=self.url, budget=self.budget, sem=sem
+            )
+
+        got: list[bytes | memoryview] = sync(self.fs.loop, all_ranges)
+        if into is not None:
+            return [b""] * len(got)
+        return [bytes(data) for data in got]  # already bytes: no copy
+
+    async def _slots(self) -> asyncio.Semaphore | None:
+        """As many slots as the connection pool of this reader's requests has: a range's
+        budget runs only while it holds one (see :func:`npystore.remote.slots`)."""
+        fs: Any = self.fs
+        if self._pinned_s3:
+            await fs.set_session()
+            bucket = fs.split_path(self.path)[0]
+            client = await fs.get_s3(bucket)
+            return remote.slots(client, int(client.meta.config.max_pool_connections or 10))
+        if self._http:
+            session = await fs.set_session()
+            connector = getattr(session, "connector", None)
+            return remote.slots(session, getattr(connector, "limit", None))
+        from fsspec.asyn import _get_batch_size  # noqa: PLC0415 - what fsspec's gather uses
+
+        return remote.slots(fs, getattr(fs, "batch_size", None) or _get_batch_size(nofiles=True))
+
+    def _sync_read(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """``fs.cat_ranges`` in rounds: the ranges that failed are asked again after a backoff,
+        until :data:`REMOTE_ATTEMPTS` rounds or :attr:`budget` (checked between rounds: a
+        synchronous call cannot be cut) are used up."""
         results: list[bytes | None] = [None] * len(ranges)
         todo = list(range(len(ranges)))
+        began = time.monotonic()
         for attempt in range(REMOTE_ATTEMPTS):
-            wanted = [ranges[i] for i in todo]
-            if self._pinned_s3:
-                views = None if into is None else [into[i] for i in todo]
-                got = self._s3_get_many(wanted, views)
-            elif self._http_etag is not None:
-                got = self._http_get_many(wanted, self._http_etag)
-            else:
-                got = self._cat_ranges(wanted)
+            got = self.fs.cat_ranges(
+                [self.path] * len(todo),
+                [ranges[i][0] for i in todo],
+                [ranges[i][1] for i in todo],
+                on_error="return",
+            )
             retry = []
-            last_problem: BaseException | str | None = None
+            problem: BaseException | str | None = None
             for i, data in zip(todo, got, strict=True):
                 want = ranges[i][1] - ranges[i][0]
-                if isinstance(data, ConsistencyError):
-                    raise data
                 if isinstance(data, FileNotFoundError):
                     raise ConsistencyError(
                         f"{self.url}: the object disappeared since it was opened ({data})"
                     )
                 if isinstance(data, BaseException):
-                    last_problem = data
+                    if remote.is_fatal(data):
+                        raise data
+                    problem = data
                     retry.append(i)
                 elif len(data) != want:
-                    last_problem = f"got {len(data)} bytes, expected {want}"
+                    problem = f"got {len(data)} bytes, expected {want}"
                     retry.append(i)
                 else:
-                    results[i] = b"" if into is not None else bytes(data)
+                    results[i] = bytes(data)
             if not retry:
                 break
             todo = retry
-            if attempt == REMOTE_ATTEMPTS - 1:
+            delay = remote.backoff_delay(attempt)
+            spent = time.monotonic() - began
+            out = spent + delay >= self.budget
+            if attempt == REMOTE_ATTEMPTS - 1 or out:
                 start, stop = ranges[retry[0]]
-                raise FetchError(
-                    f"{self.url}: reading bytes [{start}, {stop}) failed after "
-                    f"{REMOTE_ATTEMPTS} attempts: {last_problem}"
+                raise remote.failure(
+                    self.url, f"bytes [{start}, {stop})", attempt + 1, self.budget, problem, out=out
                 )
-            _backoff(attempt)
+            time.sleep(delay)
         return [r if r is not None else b"" for r in results]
 
-    def _cat_ranges(self, ranges: list[tuple[int, int]]) -> list[Any]:
-        got: list[Any] = self.fs.cat_ranges(
-            [self.path] * len(ranges),
-            [a for a, _ in ranges],
-            [b for _, b in ranges],
-            on_error="return",
-        )
-        return got
-
-    def _http_get_many(self, ranges: list[tuple[int, int]], etag: str) -> list[Any]:
-        """Each range as bytes or the exception it raised, with ``If-Match: etag``; a 412
-        (the object changed) becomes :class:`~npystore.errors.ConsistencyError`."""
-        from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
-
+    def _cat_file_reads(self) -> remote.GetOne:
         fs: Any = self.fs
-        headers = {**dict(fs.kwargs.get("headers") or {}), "If-Match": etag}
 
-        async def one(start: int, stop: int) -> bytes:
-            try:
-                data: bytes = await fs._cat_file(self.path, start=start, end=stop, headers=headers)
-            except Exception as exc:
-                if getattr(exc, "status", None) == 412:
-                    raise ConsistencyError(
-                        f"{self.url}: the object changed since it was opened (ETag {etag} no "
-                        f"longer matches); reopen it"
-                    ) from exc
-                raise
+        async def one(k: int, start: int, stop: int) -> bytes:
+            data: bytes = await fs._cat_file(self.path, start=start, end=stop)
             return data
 
-        async def all_ranges() -> list[Any]:
-            return await asyncio.gather(*(one(a, b) for a, b in ranges), return_exceptions=True)
+        return one
 
-        got: list[Any] = sync(fs.loop, all_ranges)
-        return got
+    def _http_reads(self, into: list[memoryview] | None) -> remote.GetOne:
+        """Ranged GETs over the filesystem's session (as its ``_cat_file``, plus
+        ``If-Match`` and the response's ETag and ``Content-Range`` checked before the body)."""
+        fs: Any = self.fs
+        options = dict(fs.kwargs)
+        base = dict(options.pop("headers", None) or {})
+        etag = self._http_etag
+        if etag is not None:
+            base["If-Match"] = etag
+        url = fs.encode_url(self.path)
 
-    def _s3_get_many(
-        self, ranges: list[tuple[int, int]], into: list[memoryview] | None = None
-    ) -> list[Any]:
-        """Each range as bytes (or the part of its ``into`` view filled) or the exception it
-        raised, pinned to the opened object."""
-        from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
+        async def one(k: int, start: int, stop: int) -> bytes | memoryview:
+            headers = {**base, "Range": f"bytes={start}-{stop - 1}"}
+            session = await fs.set_session()
+            async with session.get(url, headers=headers, **options) as resp:
+                if resp.status == 412 and etag is not None:
+                    raise self._changed({"ETag": etag}, start, stop)
+                fs._raise_not_found_for_status(resp, self.path)
+                self._check_answer(
+                    start,
+                    stop,
+                    resp.headers.get("ETag"),
+                    None,
+                    resp.headers.get("Content-Range", ""),
+                )
+                if into is None:
+                    data: bytes = await resp.read()
+                    return data
+                return await s3direct.stream_into(resp.content, into[k])
 
+        return one
+
+    def _s3_reads(self, into: list[memoryview] | None) -> remote.GetOne:
+        """Ranged ``GetObject``s pinned to the opened object (presigned and direct when
+        possible, else through botocore)."""
         bucket, key, path_version = self.fs.split_path(self.path)
-        fields = dict(self.identity.fields)
-        version = fields.get("VersionId") or fields.get("version_id") or path_version
-        etag = fields.get("ETag") or fields.get("etag")
+        version = self._want_version or path_version
+        etag = self._want_etag
         pin = {"VersionId": version} if version else {"IfMatch": etag} if etag else {}
 
-        async def all_ranges() -> list[Any]:
+        async def one(k: int, start: int, stop: int) -> bytes | memoryview:
+            view = None if into is None else into[k]
             signed = await self._direct_url(bucket, key, version)
-            return await asyncio.gather(
-                *(
-                    self._s3_get(bucket, key, pin, a, b, None if into is None else into[k], signed)
-                    for k, (a, b) in enumerate(ranges)
-                ),
-                return_exceptions=True,
-            )
+            return await self._s3_get(bucket, key, pin, start, stop, view, signed)
 
-        got: list[Any] = sync(self.fs.loop, all_ranges)
-        return got
+        return one
 
     async def _direct_url(
         self, bucket: str, key: str, version: str | None
@@ -481,39 +559,65 @@ class RangeReader:
         into: memoryview | None = None,
         signed: s3direct.SignedUrl | None = None,
     ) -> bytes | memoryview:
+        def check(etag: str | None, version: str | None, content_range: str) -> None:
+            self._check_answer(start, stop, etag, version, content_range)
+
         if signed is not None and not self._direct_off:
             try:
-                content_range, data = await s3direct.direct_get(
-                    signed, start, stop, if_match=pin.get("IfMatch"), into=into
+                _, data = await s3direct.direct_get(
+                    signed, start, stop, if_match=pin.get("IfMatch"), into=into, check=check
                 )
             except s3direct.PreconditionFailed as exc:
-                raise self._changed(pin) from exc
+                raise self._changed(pin, start, stop) from exc
             except s3direct.DirectUnusable as exc:  # botocore handles it from now on
                 _log.debug("%s: direct GET refused (%s), reading through botocore", self.url, exc)
                 self._direct_off = True
             else:
-                self._check_total(content_range)
                 return data
         try:
-            resp, data = await _get_object(
-                self.fs, bucket, key, f"bytes={start}-{stop - 1}", pin, into
+            _, data = await opening.get_object(
+                self.fs, bucket, key, f"bytes={start}-{stop - 1}", pin, into, check=check
             )
         except OSError as exc:
-            if _error_code(exc) in ("PreconditionFailed", "412"):
-                raise self._changed(pin) from exc
+            if opening.error_code(exc) in ("PreconditionFailed", "412"):
+                raise self._changed(pin, start, stop) from exc
             raise
-        self._check_total(str(resp.get("ContentRange") or ""))
         return data
 
-    def _changed(self, pin: Mapping[str, str]) -> ConsistencyError:
+    def _changed(self, pin: Mapping[str, str], start: int, stop: int) -> ConsistencyError:
         return ConsistencyError(
             f"{self.url}: the object changed since it was opened "
-            f"({', '.join(f'{k} {v}' for k, v in pin.items())} no longer matches); reopen it"
+            f"({', '.join(f'{k} {v}' for k, v in pin.items())} no longer matches bytes "
+            f"[{start}, {stop})); reopen it"
         )
 
-    def _check_total(self, content_range: str) -> None:
-        """A response's ``Content-Range`` total must be the size seen at open."""
-        match = _CONTENT_RANGE.fullmatch(content_range)
+    def _check_answer(
+        self,
+        start: int,
+        stop: int,
+        etag: str | None,
+        version: str | None,
+        content_range: str,
+    ) -> None:
+        """A response (S3, http) must come from the object opened: the same ETag (S3 always
+        sends one, and so must an http server that sent a strong one at open), the same
+        version id when both have one, and a ``Content-Range`` total equal to the size at
+        open. Checked before the body is read, whatever the server did with the pin."""
+        want = self._want_etag
+        if want is not None and not _same_etag(want, etag, strict=self._http):
+            got = f"ETag {etag}" if etag else "no ETag"
+            raise ConsistencyError(
+                f"{self.url}: the answer for bytes [{start}, {stop}) came with {got}, but the "
+                f"object was opened with ETag {want}: it changed since it was opened (and "
+                f"the server ignored the pin); reopen it"
+            )
+        if self._want_version and version and version != self._want_version:
+            raise ConsistencyError(
+                f"{self.url}: the answer for bytes [{start}, {stop}) came from version "
+                f"{version}, but version {self._want_version} was opened (the server ignored "
+                f"the pin); reopen it"
+            )
+        match = opening.CONTENT_RANGE.fullmatch(content_range)
         if match and match.group(3) != "*" and int(match.group(3)) != self.identity.size:
             raise ConsistencyError(
                 f"{self.url}: the object is {match.group(3)} bytes now, {self.identity.size} "
@@ -528,70 +632,30 @@ class RangeReader:
             )
 
 
-async def _get_object(
-    fs: Any,
-    bucket: str,
-    key: str,
-    byte_range: str,
-    pin: Mapping[str, str],
-    into: memoryview | None = None,
-) -> tuple[dict[str, Any], bytes | memoryview]:
-    """One ranged ``GetObject``: the response and its body (streamed into ``into`` if given,
-    see :func:`_stream_into`); the body is always closed."""
-    resp: dict[str, Any] = await fs._call_s3(
-        "get_object", Bucket=bucket, Key=key, Range=byte_range, **pin
+def _restore(fs: Any, path: str, identity: ObjectIdentity, budget: float) -> RangeReader:
+    """Unpickle a :class:`RangeReader`."""
+    return RangeReader(fs, path, identity, budget=budget)
+
+
+def _same_etag(want: str, got: str | None, *, strict: bool) -> bool:
+    """Whether a response's ETag is the one opened. S3 ETags are compared without their
+    quotes (listings and some S3-compatible servers differ in quoting); http ones exactly."""
+    if got is None:
+        return False
+    return got == want if strict else got.strip('"') == want.strip('"')
+
+
+def _default_cat_ranges(fs: Any) -> bool:
+    """Whether an async filesystem's ``_cat_ranges`` is fsspec's (one ``_cat_file`` per
+    range, gathered): then reading the ranges one by one changes nothing but the budget."""
+    from fsspec.asyn import AsyncFileSystem  # noqa: PLC0415
+
+    cls = type(fs)
+    return (
+        getattr(cls, "_cat_ranges", None) is AsyncFileSystem._cat_ranges
+        and getattr(cls, "cat_ranges", None) is fsspec.AbstractFileSystem.cat_ranges
+        and getattr(cls, "_cat_file", None) is not AsyncFileSystem._cat_file
     )
-    body = resp["Body"]
-    try:
-        data = await body.read() if into is None else await _stream_into(body, into)
-    finally:
-        body.close()
-    return resp, data
-
-
-def _backoff(attempt: int) -> None:
-    """Sleep before retry ``attempt + 1``: :data:`RETRY_DELAY` doubling per attempt, capped
-    at :data:`RETRY_DELAY_MAX`, plus up to 50% jitter."""
-    delay = min(RETRY_DELAY_MAX, RETRY_DELAY * 2**attempt)
-    time.sleep(delay * (1 + random.random() / 2))
-
-
-async def _stream_into(body: Any, view: memoryview) -> memoryview:
-    """Copy a response body into ``view`` as it arrives (``read(amt)`` of aiobotocore's
-    ``StreamingBody``); the part filled. A body longer than the view reports one byte more
-    than the view holds, so the caller's length check fails."""
-    filled = 0
-    while True:
-        piece = await body.read(min(_STREAM_PIECE, view.nbytes - filled + 1))
-        if not piece:
-            return view[:filled]
-        end = filled + len(piece)
-        if end > view.nbytes:
-            return memoryview(bytes(view.nbytes + 1))
-        view[filled:end] = piece
-        filled = end
-
-
-def _opening_bytes(resp: Mapping[str, Any], data: bytes, count: int) -> tuple[int, bytes] | str:
-    """``(size, bytes)`` from the answer to the opening GET, or what is wrong with it.
-
-    ``count > 0`` asked for the first ``count`` bytes, ``count < 0`` for the last ``-count``.
-    A server that ignores the range sends the whole object (no ``Content-Range``).
-    """
-    content_range = str(resp.get("ContentRange") or "")
-    match = _CONTENT_RANGE.fullmatch(content_range)
-    if match is None or match.group(3) == "*":
-        if resp.get("ContentLength") != len(data):
-            return f"no usable Content-Range ({content_range!r}) and a short body"
-        size = len(data)
-        want = min(abs(count), size)
-        return size, data[:want] if count > 0 else data[size - want :]
-    size = int(match.group(3))
-    want = min(abs(count), size)
-    first = 0 if count > 0 else size - want
-    if int(match.group(1)) != first or len(data) != want:
-        return f"got {len(data)} bytes as {content_range!r}, expected bytes {first}+{want}"
-    return size, bytes(data)
 
 
 def _is_http(fs: Any) -> bool:
@@ -616,21 +680,6 @@ def _is_s3(fs: Any) -> bool:
         cls.__module__.split(".")[0] == "s3fs" and cls.__name__ == "S3FileSystem"
         for cls in type(fs).__mro__
     )
-
-
-def _error_code(exc: BaseException) -> str | None:
-    """The S3 error code behind an exception (s3fs wraps botocore's ClientError)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        response = getattr(current, "response", None)
-        if isinstance(response, Mapping):
-            error = response.get("Error")
-            if isinstance(error, Mapping) and error.get("Code"):
-                return str(error["Code"])
-        current = current.__cause__ or current.__context__
-    return None
 
 
 def _split(requests: Sequence[tuple[int, memoryview]], part: int) -> list[tuple[int, memoryview]]:
@@ -666,7 +715,9 @@ def write_cache_file(path: str, data: bytes) -> None:
 def write_object(url: str, data: bytes, storage_options: Mapping[str, Any] | None = None) -> None:
     """Write ``data`` as the whole object at ``url`` (any fsspec URL; the package's tools'
     small outputs, e.g. ``npystore refs -o``)."""
-    with fsspec.open(url, "wb", **dict(storage_options or {})) as f:
+    options = dict(storage_options or {})
+    options.pop(BUDGET_OPTION, None)  # npystore's own, for reads
+    with fsspec.open(url, "wb", **options) as f:
         f.write(data)
 
 
@@ -690,7 +741,11 @@ def open_reader(
     url : str
         Local path or fsspec URL, e.g. ``"s3://bucket/a.npy"`` or ``"simplecache::s3://..."``.
     storage_options : mapping, optional
-        Keyword arguments for the filesystem (fsspec's ``storage_options``).
+        Keyword arguments for the filesystem (fsspec's ``storage_options``), plus npystore's
+        own ``"npystore_read_budget"``: seconds one remote byte range (and the opening
+        request) may take, all retries included (default: the environment variable
+        ``NPYSTORE_READ_BUDGET``, else :data:`READ_BUDGET`, 300 s; ``inf`` for none). It is
+        removed before the filesystem is made.
     head : int
         Bytes to read with the identity on S3 (0: a plain ``HeadObject``).
     tail : int
@@ -700,78 +755,30 @@ def open_reader(
     Returns
     -------
     RangeReader
+
+    Raises
+    ------
+    FetchError
+        The opening request failed after its attempts or its time budget.
+    ValueError
+        ``npystore_read_budget`` (or ``NPYSTORE_READ_BUDGET``) is not a positive number.
     """
-    fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+    options = dict(storage_options or {})
+    budget = remote.budget_from(options.pop(BUDGET_OPTION, None))
+    fs, path = fsspec.core.url_to_fs(url, **options)
     name = fs.unstrip_protocol(path) if not isinstance(fs, LocalFileSystem) else path
     if tail > 0 and _is_s3(fs):
-        identity, last = _s3_open(fs, path, name, -tail)
-        return RangeReader(fs, path, identity, tail=last)
+        opened, last = opening.s3_open(fs, path, name, -tail, budget)
+        return RangeReader(
+            fs, path, ObjectIdentity.from_info(name, opened), tail=last, budget=budget
+        )
     if head > 0 and _is_s3(fs):
-        identity, first = _s3_open(fs, path, name, head)
-        return RangeReader(fs, path, identity, head=first)
-    info = fs.info(path)
+        opened, first = opening.s3_open(fs, path, name, head, budget)
+        return RangeReader(
+            fs, path, ObjectIdentity.from_info(name, opened), head=first, budget=budget
+        )
+    info = opening.info_within(fs, path, name, budget)
     if isinstance(fs, LocalFileSystem):
         st = os.stat(path)
         info = {"size": st.st_size, "mtime": st.st_mtime, "ino": st.st_ino, "type": info["type"]}
-    return RangeReader(fs, path, ObjectIdentity.from_info(name, info))
-
-
-def _s3_open(fs: Any, path: str, name: str, count: int) -> tuple[ObjectIdentity, bytes]:
-    """Identity and the first ``count`` bytes (last ``-count`` if negative) of an S3 object,
-    from one ranged ``GetObject``.
-
-    The response carries what ``HeadObject`` would (ETag, LastModified, VersionId) and the
-    total size in ``Content-Range``, so opening costs one round trip instead of two. An empty
-    object (no range can be satisfied) falls back to ``info``.
-    """
-    from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
-
-    bucket, key, version = fs.split_path(path)
-    pin = {"VersionId": version} if version else {}
-    asked = count  # > 0: a prefix of that many bytes, < 0: a suffix
-    span = f"[0, {count})" if count > 0 else f"the last {-count}"
-
-    async def get() -> tuple[dict[str, Any], bytes]:
-        wanted = f"bytes=0-{asked - 1}" if asked > 0 else f"bytes={asked}"
-        resp, data = await _get_object(fs, bucket, key, wanted, pin)
-        return resp, bytes(data)  # already bytes (no ``into``): no copy
-
-    problem: BaseException | str | None = None
-    for attempt in range(REMOTE_ATTEMPTS):
-        try:
-            resp, data = sync(fs.loop, get)
-        except (FileNotFoundError, PermissionError):
-            raise
-        except Exception as exc:  # retried like any range read; FetchError after the budget
-            code = _error_code(exc)
-            if code in ("InvalidRange", "416") and asked < 0:
-                # S3 answers a suffix longer than the object with all of it; some servers
-                # (rclone, ...) refuse it instead. Ask for a prefix of the same length: all
-                # of a smaller object (the tail wanted), else only a bounded prefix
-                asked = -count
-                continue
-            if code in ("InvalidRange", "416"):  # an empty object: no range is satisfiable
-                return ObjectIdentity.from_info(name, fs.info(path)), b""
-            if code in ("AccessDenied", "403", "NoSuchBucket", "NoSuchKey", "404"):
-                raise
-            problem = exc
-        else:
-            got = _opening_bytes(resp, data, asked)
-            if isinstance(got, str):
-                problem = got
-            else:
-                size, part = got
-                if asked != count and len(part) < size:  # a prefix, not the tail: no tail
-                    part = b""
-                info = {
-                    "size": size,
-                    "ETag": resp.get("ETag"),
-                    "LastModified": resp.get("LastModified"),
-                    "VersionId": resp.get("VersionId"),
-                }
-                return ObjectIdentity.from_info(name, info), part
-        if attempt < REMOTE_ATTEMPTS - 1:
-            _backoff(attempt)
-    raise FetchError(
-        f"{name}: reading bytes {span} at open failed after {REMOTE_ATTEMPTS} attempts: {problem}"
-    )
+    return RangeReader(fs, path, ObjectIdentity.from_info(name, info), budget=budget)

@@ -43,6 +43,7 @@ import ssl
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -57,6 +58,7 @@ __all__ = [
     "direct_enabled",
     "direct_get",
     "direct_url",
+    "stream_into",
 ]
 
 #: Seconds a presigned URL is valid.
@@ -213,12 +215,14 @@ async def direct_get(
     *,
     if_match: str | None = None,
     into: memoryview | None = None,
+    check: Callable[[str | None, str | None, str], None] | None = None,
 ) -> tuple[str, bytes | memoryview]:
     """GET bytes ``[start, stop)`` over ``signed``: ``(Content-Range, body)``.
 
     With ``into`` the body is copied into that view as it arrives and the part filled is
     returned; a body longer than the view returns ``len(into) + 1`` bytes, so the caller's
-    length check fails.
+    length check fails. ``check(etag, version_id, content_range)`` sees a data answer's
+    headers before its body is read, and may raise (the exception propagates).
 
     Raises
     ------
@@ -245,12 +249,20 @@ async def direct_get(
     if any(answer is not None for _, answer in answers):
         raise DirectUnusable("a before-send handler answers S3 requests (a stub or a mock)")
     try:
-        async with session.get(signed.url, headers=headers) as resp:
+        connect, read = signed.timeouts  # this client's (the session may be another's)
+        timeout = aiohttp.ClientTimeout(sock_connect=connect, sock_read=read)
+        async with session.get(signed.url, headers=headers, timeout=timeout) as resp:
             status = resp.status
             response = {"status_code": status, "headers": resp.headers, "body": b""}
             if status in (200, 206):
                 content_range = resp.headers.get("Content-Range", "")
-                data = await resp.read() if into is None else await _stream_into(resp.content, into)
+                if check is not None:
+                    check(
+                        resp.headers.get("ETag"),
+                        resp.headers.get("x-amz-version-id"),
+                        content_range,
+                    )
+                data = await resp.read() if into is None else await stream_into(resp.content, into)
             else:
                 body = (await resp.read())[:300].decode("utf-8", "replace")
     except Exception as exc:
@@ -283,7 +295,9 @@ async def _received(
     )
 
 
-async def _stream_into(content: Any, view: memoryview) -> memoryview:
+async def stream_into(content: Any, view: memoryview) -> memoryview:
+    """Copy an aiohttp response body (``resp.content``) into ``view`` as it arrives; the part
+    filled, or ``len(view) + 1`` bytes when the body is longer than the view."""
     filled = 0
     async for piece in content.iter_any():
         end = filled + len(piece)
