@@ -208,7 +208,9 @@ def test_writing_process_keeps_byte_order(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("importing", ["npystore", "npystore.faces.dtypes"])
 def test_fresh_process_reads_every_dtype(tmp_path: Path, importing: str) -> None:
-    """A new interpreter that imports only ``importing`` reads every array back."""
+    """A new interpreter that imports only ``importing`` (then zarr) reads every array
+    back: ``import npystore`` imports no zarr, but registers npystore's data types when
+    zarr is imported (zarr 3.1 never loads its ``zarr.data_type`` entry points)."""
     for name in DTYPES:
         _write_cases(tmp_path, name)
     child = "\n".join(
@@ -217,12 +219,9 @@ def test_fresh_process_reads_every_dtype(tmp_path: Path, importing: str) -> None
             "from typing import Any",
             f"sys.path.insert(0, {str(ROOT / 'tests')!r})",
             "warnings.simplefilter('ignore')",
-            "import numpy as np, zarr",
             f"import {importing}",
-            "from zarr.core.dtype import data_type_registry",
+            "import numpy as np, zarr",
             "from npy_cases import assert_same",
-            "assert 'npystore.structured' in data_type_registry.contents, (",
-            f"    'import {importing} did not register npystore.faces.dtypes')",
             inspect.getsource(_significant),
             inspect.getsource(check_values),
             f"paths = sorted(pathlib.Path({str(tmp_path)!r}).glob('*.npy'))",

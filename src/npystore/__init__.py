@@ -12,6 +12,9 @@ array([3, 4, 5], dtype='>u2')
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
 from typing import TYPE_CHECKING, Any
 
 from npystore.errors import (
@@ -33,8 +36,8 @@ if TYPE_CHECKING:
 #: Public names and the module each lives in: imported on first use, so that
 #: ``import npystore`` costs little more than ``import numpy`` (dask, fsspec, zarr, h5py and
 #: scipy load when a function that needs them is called). ``npz://`` reaches fsspec through
-#: the ``fsspec.specs`` entry point and npystore's Zarr data types reach zarr through the
-#: ``zarr.data_type`` entry point, so neither needs an import here.
+#: the ``fsspec.specs`` entry point; npystore's Zarr data types are registered when zarr is
+#: imported (below).
 _LAZY: dict[str, str] = {
     "load": "npystore.api",
     "open": "npystore.api",
@@ -52,6 +55,39 @@ _LAZY: dict[str, str] = {
     "open_store": "npystore.stores",
     "to_kerchunk": "npystore.stores",
 }
+
+
+class _ZarrTypesOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Registers npystore's Zarr data types (:mod:`npystore.faces.dtypes`) as soon as zarr
+    is imported, without importing zarr here: zarr 3.1 collects the ``zarr.data_type``
+    entry points but never loads them, so a process that imported npystore would otherwise
+    fail to open arrays npystore wrote with its own data types."""
+
+    def __init__(self) -> None:
+        self._loader: Any = None
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "zarr":
+            return None
+        sys.meta_path.remove(self)  # once, and so the search below skips this finder
+        spec = importlib.util.find_spec("zarr")
+        if spec is not None and spec.loader is not None:
+            self._loader = spec.loader
+            spec.loader = self
+        return spec
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        importlib.import_module("npystore.faces.dtypes")
+
+
+if "zarr" in sys.modules:
+    importlib.import_module("npystore.faces.dtypes")
+else:
+    sys.meta_path.insert(0, _ZarrTypesOnImport())
 
 
 def __getattr__(name: str) -> Any:
