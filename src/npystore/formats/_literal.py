@@ -29,6 +29,7 @@ import ast
 import gc
 import itertools
 import re
+import sys
 from typing import Any, TypeAlias, cast
 
 from npystore.errors import FormatError
@@ -45,7 +46,6 @@ LiteralValue: TypeAlias = (
 """A value returned by :func:`parse_literal`, nested to any depth up to the limit."""
 
 _SPACES = " \t\n\r\f\v"
-_WHITESPACE = re.compile(f"[{_SPACES}]*")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Everything that looks like the start of a number literal, so that floats, hex, underscores
 # and the like are reported as one unsupported token rather than as stray characters.
@@ -53,6 +53,8 @@ _NUMBER_TOKEN = r"[+-]?[0-9][0-9A-Za-z_.]*"
 _NUMBER = re.compile(_NUMBER_TOKEN)
 _INTEGER = re.compile(r"([+-]?)([0-9]+)[lL]?")
 _CLOSERS = {"[": "]", "(": ")", "{": "}"}
+_OPENER_OF = {closer: opener for opener, closer in _CLOSERS.items()}
+_BRACKET_TOKENS = frozenset(_CLOSERS) | frozenset(_OPENER_OF)
 _VALID_ESCAPE = "\n\r\\'\"abfnrtv01234567xNuU"
 
 
@@ -71,10 +73,11 @@ _STRING_BODY = {quote: re.compile(_string_body(quote)) for quote in "'\""}
 # backtracks or fails after scanning, so tokenizing is linear.
 _TOKEN = re.compile(
     f"[{_SPACES}]*+("
+    r"[\])}:,]|"  # the most frequent first
     + "".join(f"{re.escape(o)}[{_SPACES}]*+{re.escape(c)}|" for o, c in _CLOSERS.items())
-    + r"[\[\](){}:,]"
+    + rf"[\[({{]|{_NUMBER_TOKEN}"
     + "".join(f"|[uU]?(?!{q * 3}){q}{_string_body(q)}{q}?" for q in "'\"")
-    + f"|{_NUMBER_TOKEN}|{_NAME.pattern}"
+    + f"|{_NAME.pattern}"
     + r"|[\s\S]|\Z)"
 )
 # Bodies that ast.literal_eval would return unchanged: no escapes, no NUL, no lone surrogates.
@@ -156,10 +159,6 @@ def parse_literal(text: str, *, max_depth: int = 64, max_int_digits: int = 32) -
     return _Parser(text, max_depth, max_int_digits).parse()
 
 
-#: An open container, for error messages: its opening bracket and that bracket's token index.
-_Opened: TypeAlias = "tuple[str, int] | None"
-
-
 class _Parser:
     """One parse of one text; see :func:`parse_literal`.
 
@@ -169,13 +168,15 @@ class _Parser:
     Character positions are only worked out for an error message.
     """
 
-    __slots__ = ("max_depth", "max_int_digits", "n", "text", "tokens")
+    __slots__ = ("max_depth", "max_int_digits", "n", "plain_digits", "text", "tokens")
 
     def __init__(self, text: str, max_depth: int, max_int_digits: int) -> None:
         self.text = text
         self.n = len(text)
         self.max_depth = max_depth
         self.max_int_digits = max_int_digits
+        # the most digits int() converts here (Python's own limit, 0 for none, included)
+        self.plain_digits = min(max_int_digits, sys.get_int_max_str_digits() or max_int_digits)
         self.tokens: list[str] = []
 
     def parse(self) -> LiteralValue:
@@ -195,61 +196,70 @@ class _Parser:
         """The value of the tokens ``toks`` of the text."""
         memo: dict[str, Any] = {**_CONSTANTS, **_BRACKETS}  # token -> value or _Bracket
         max_depth = self.max_depth
-        # The innermost open container: its opening bracket ("" at the top level), items
-        # (a dict's keys and values alternately), closing bracket and first token's index.
-        kind, items, closer, first = "", cast("list[LiteralValue]", []), "", 0
-        stack: list[tuple[str, list[LiteralValue], str, int]] = []  # the enclosing ones
+        # The innermost open container: its items (a dict's keys and values alternately) and
+        # closing bracket, which says what it is ("" at the top level); the enclosing ones
+        # are on the stack. Positions are worked out from token indices for messages only.
+        items: list[LiteralValue] = []
+        closer = ""
+        stack: list[tuple[list[LiteralValue], str]] = []
         push = stack.append
+        pop = stack.pop
         i = 0
         while True:
             # Read one value at token i, or open a container and go round for its first item.
-            start = i
             found = memo.get(toks[i], _MISSING)
             i += 1
             if found is _MISSING:
-                found = memo[toks[start]] = self._scalar_token(start, (kind, first) if kind else None)
+                found = memo[toks[i - 1]] = self._scalar_token(i - 1)
             if type(found) is _Bracket:
                 if len(stack) >= max_depth:
                     raise FormatError(
                         f"nesting deeper than {max_depth} levels at position "
-                        f"{self._position(start)}"
+                        f"{self._position(i - 1)}"
                     )
                 if not found.empty:
-                    push((kind, items, closer, first))
-                    kind, items, closer, first = found.opener, [], found.closer, start
+                    push((items, closer))
+                    items = []
+                    closer = found.closer
                     continue
-                found = [] if found.opener == "[" else () if found.opener == "(" else {}
+                found = [] if found.closer == "]" else () if found.closer == ")" else {}
             value: LiteralValue = found
             # Attach the value to the innermost open container, closing containers as it goes.
             while True:
                 sep = toks[i]
                 i += 1
-                if kind == "[" or kind == "(":
+                if closer == "]":
                     items.append(value)
                     if sep == ",":
-                        if toks[i] != closer:
+                        if toks[i] != "]":
                             break
                         i += 1
-                        value = items if kind == "[" else tuple(items)
-                    elif sep == closer:
-                        if kind == "[":
-                            value = items
-                        else:  # "(a)" is just a, "(a,)" a tuple
-                            value = items[0] if len(items) == 1 else tuple(items)
+                    elif sep != "]":
+                        raise self._error("',' or ']'", i - 1)
+                    value = items
+                elif closer == ")":
+                    items.append(value)
+                    if sep == ",":
+                        if toks[i] != ")":
+                            break
+                        i += 1
+                        value = tuple(items)
+                    elif sep == ")":  # "(a)" is just a
+                        value = items[0] if len(items) == 1 else tuple(items)
                     else:
-                        raise self._error(f"',' or {closer!r}", i - 1, (kind, first))
-                elif kind:  # a dict
+                        raise self._error("',' or ')'", i - 1)
+                elif closer:  # a dict
                     if not len(items) % 2:  # a key
                         try:
                             hash(value)
                         except (TypeError, RecursionError):
                             raise FormatError(
                                 f"unhashable dict key of type {type(value).__name__} at "
-                                f"position {self._position(start)}"
+                                f"position {self._position(self._value_start(i - 2))}"
                             ) from None
                         items.append(value)
                         if sep != ":":
-                            raise self._error("':'", i - 1, (kind, first))
+                            raise self._error("':'", i - 1)
                         break
                     items.append(value)
                     if sep == ",":
@@ -257,38 +267,66 @@ class _Parser:
                             break
                         i += 1
                     elif sep != "}":
-                        raise self._error("',' or '}'", i - 1, (kind, first))
+                        raise self._error("',' or '}'", i - 1)
                     # A hashable parsed value holds no list or dict, so it is a LiteralKey.
-                    keys = cast("list[LiteralKey]", items[::2])
-                    value = dict(zip(keys, items[1::2], strict=True))
+                    keys = cast("list[LiteralKey]", items)
+                    if len(items) == 2:
+                        value = {keys[0]: items[1]}
+                    else:
+                        value = dict(zip(keys[::2], items[1::2], strict=True))
                 else:
                     if sep:
-                        raise self._error("end of input", i - 1, None)
+                        raise self._error("end of input", i - 1)
                     return value
-                start = first
-                kind, items, closer, first = stack.pop()
+                items, closer = pop()
 
     def _position(self, index: int) -> int:
-        """The character position of token ``index`` (for messages: a pass over the tokens)."""
-        skip = self._skip
-        pos = 0
-        for tok in itertools.islice(self.tokens, index):
-            pos = skip(pos) + len(tok)
-        return skip(pos)
+        """The character position of token ``index`` (for messages: the tokens before it are
+        matched again and dropped)."""
+        if not self.tokens[index]:
+            return self.n  # the end of the text
+        rest = _TOKEN.sub("", self.text, count=index) if index else self.text  # count=0: all
+        return self.n - len(rest.lstrip(_SPACES))
 
-    def _skip(self, pos: int) -> int:
-        """Return the position of the first non-whitespace character at or after ``pos``."""
-        if pos < self.n and self.text[pos] not in _SPACES:
-            return pos  # the common case, without the cost of a regex call
-        match = _WHITESPACE.match(self.text, pos)
-        return pos if match is None else match.end()
+    def _unclosed(self, index: int) -> tuple[str, int] | None:
+        """The innermost bracket opened before token ``index`` and not closed by then, and
+        its token index (for messages)."""
+        toks = self.tokens
+        opened: list[int] = []
+        brackets = itertools.compress(range(index), map(_BRACKET_TOKENS.__contains__, toks))
+        for k in brackets:
+            if toks[k] in _CLOSERS:
+                opened.append(k)
+            elif opened:
+                opened.pop()
+        if not opened:
+            return None
+        return toks[opened[-1]], opened[-1]
 
-    def _scalar_token(self, index: int, opened: _Opened) -> LiteralValue | _Bracket:
+    def _value_start(self, index: int) -> int:
+        """The index of the first token of the value whose last token is ``index``."""
+        tok = self.tokens[index]
+        if tok not in _OPENER_OF:
+            return index
+        depth = 0
+        for k in range(index, -1, -1):
+            tok = self.tokens[k]
+            if tok in _OPENER_OF:
+                depth += 1
+            elif tok in _CLOSERS:
+                depth -= 1
+                if not depth:
+                    return k
+        return 0  # pragma: no cover - the parser matched the brackets
+
+    def _scalar_token(self, index: int) -> LiteralValue | _Bracket:
         """The value of the string, integer or constant token ``index`` (an empty container
         with space inside: its bracket), or the error that says why it is none of these."""
         tok = self.tokens[index]
+        if tok.isdecimal() and tok.isascii() and len(tok) <= self.plain_digits:
+            if tok[0] != "0" or not tok.strip("0"):  # the common case: a plain integer
+                return int(tok)
         first = tok[:1]
-        value: LiteralValue = None
         if first in _CLOSERS:
             return _BRACKETS[first + tok[-1]]
         if len(tok) > 1 and (first in ("'", '"') or tok[1] in ("'", '"')):  # a whole string
@@ -301,18 +339,18 @@ class _Parser:
             except FormatError:
                 pass  # reported below, with the token's position
         # Not a value: the character-level reader says what is wrong, where.
-        pos = self._position(index)
-        self._scalar(pos, opened)
+        self._scalar(self._position(index), index)
         # The tokens and the reader accept the same scalars, so this is not reached; refuse
         # rather than guess if it ever were.
-        raise self._error("a value", index, opened)  # pragma: no cover
+        raise self._error("a value", index)  # pragma: no cover
 
-    def _scalar(self, pos: int, opened: _Opened) -> tuple[LiteralValue, int]:
-        """Parse a string, integer or constant at character ``pos``; return it and the
-        position after it. Used to report what is wrong with a token that is not a value."""
+    def _scalar(self, pos: int, index: int) -> tuple[LiteralValue, int]:
+        """Parse a string, integer or constant at character ``pos`` (token ``index``); return
+        it and the position after it. Used to report what is wrong with a token that is not
+        a value."""
         text = self.text
         if pos >= self.n:
-            raise self._error_at("a value", pos, opened)
+            raise self._error_at("a value", pos, index)
         char = text[pos]
         if char in "'\"":
             return self._string(pos, pos)
@@ -333,7 +371,7 @@ class _Parser:
         number = _NUMBER.match(text, pos)
         if number is not None:
             return self._integer(number.group(), pos), number.end()
-        raise self._error_at("a value", pos, opened)
+        raise self._error_at("a value", pos, index)
 
     def _integer(self, token: str, pos: int) -> int:
         """Convert a number-like token found at ``pos`` that must be a decimal integer."""
@@ -391,18 +429,19 @@ class _Parser:
             raise FormatError(f"invalid string literal at position {start}")
         return value, end + 1
 
-    def _error(self, expected: str, index: int, opened: _Opened) -> FormatError:
+    def _error(self, expected: str, index: int) -> FormatError:
         """Return a FormatError saying what was expected at token ``index``."""
-        return self._error_at(expected, self._position(index), opened)
+        return self._error_at(expected, self._position(index), index)
 
-    def _error_at(self, expected: str, pos: int, opened: _Opened) -> FormatError:
-        """Return a FormatError saying what was expected at character ``pos`` and what was
-        found there (``opened``: the innermost open container)."""
+    def _error_at(self, expected: str, pos: int, index: int) -> FormatError:
+        """Return a FormatError saying what was expected at character ``pos`` (token
+        ``index``) and what was found there."""
+        opened = self._unclosed(index) if pos >= self.n else None
         if pos < self.n:
             found = repr(self.text[pos])
         elif opened is not None:
-            bracket, index = opened
-            found = f"end of input ({bracket!r} at position {self._position(index)} is not closed)"
+            bracket, start = opened
+            found = f"end of input ({bracket!r} at position {self._position(start)} is not closed)"
         else:
             found = "end of input"
         return FormatError(f"expected {expected} at position {pos}, found {found}")
