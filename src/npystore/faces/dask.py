@@ -153,7 +153,8 @@ def to_dask(
         storage_token(layout.storage),
         layout.shape,
         str(layout.dtype),
-        layout.dtype.descr if layout.dtype.names else layout.dtype.str,
+        # a string: dask would walk a nested descr with 5 frames a level (99 levels: too deep)
+        repr(layout.dtype.descr) if layout.dtype.names else layout.dtype.str,
         layout.order,
         normalized,
     )
