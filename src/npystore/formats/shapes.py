@@ -78,10 +78,15 @@ def shape_problem(shape: Sequence[int], dtype: np.dtype[Any]) -> str | None:
         empty = 0 in dims
         what = "elements" if nonzero > INTP_MAX else f"bytes ({nonzero} elements of {itemsize})"
         count = nonzero if nonzero > INTP_MAX else nonzero * itemsize
+        unsized = (
+            f" (numpy makes {dtype.str} arrays as {dtype.str[:-1]}1)"
+            if itemsize != dtype.itemsize
+            else ""
+        )
         return (
             f"numpy cannot make an array of shape {dims} and dtype {dtype}"
             f"{', even empty' if empty else ''}: its{' non-zero' if empty else ''} dimensions "
-            f"give {count} {what}, more than numpy's limit {INTP_MAX} (2**63 - 1)"
+            f"give {count} {what}, more than numpy's limit {INTP_MAX} (2**63 - 1){unsized}"
         )
     size = math.prod(dims)
     if dtype.itemsize == 0 and size > MAX_ZERO_ITEMSIZE_ELEMENTS:
