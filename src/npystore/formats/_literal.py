@@ -77,7 +77,7 @@ _TOKEN = re.compile(
     + "".join(f"{re.escape(o)}[{_SPACES}]*+{re.escape(c)}|" for o, c in _CLOSERS.items())
     + rf"[\[({{]|{_NUMBER_TOKEN}"
     + "".join(f"|[uU]?(?!{q * 3}){q}{_string_body(q)}{q}?" for q in "'\"")
-    + f"|{_NAME.pattern}"
+    + f"|{_NAME.pattern}+(?![\"'])"  # a name before a quote is a bad string prefix
     + r"|[\s\S]|\Z)"
 )
 # Bodies that ast.literal_eval would return unchanged: no escapes, no NUL, no lone surrogates.
@@ -85,10 +85,11 @@ _PLAIN_BODY = re.compile("[^\\\\\x00\ud800-\udfff]*")
 # Characters that make any string literal invalid source for ast.literal_eval.
 _BAD_RAW = re.compile("[\x00\ud800-\udfff]")
 # The escapes that Python's string literals and the "unicode_escape" codec read differently:
-# a backslash before a line break (a continuation: nothing) and octal escapes above 0o377
-# (the codec warns about them). Escaped backslashes are matched whole so that the backslash
-# after one is not taken for the start of an escape.
-_ESCAPE_FIXES = re.compile(r"\\(\\|\r\n|\r|\n|[4-7][0-7][0-7])")
+# a backslash before a carriage return (Python reads the line break as "\n", so it is a
+# continuation, which the codec only knows before "\n") and octal escapes above 0o377 (the
+# codec warns about them). Escaped backslashes are matched whole so that the backslash after
+# one is not taken for the start of an escape.
+_ESCAPE_FIXES = re.compile(r"\\(\\|\r\n?|[4-7][0-7][0-7])")
 _CONSTANTS: dict[str, LiteralValue] = {"True": True, "False": False, "None": None}
 _MAX_SHOWN = 24
 _MISSING = object()
@@ -476,8 +477,8 @@ def _fix_escape(match: re.Match[str]) -> str:
     escape = match.group(1)
     if escape == "\\":
         return "\\\\"
-    if escape[0] in "\r\n":
-        return ""  # a backslash before a line break continues the line
+    if escape[0] == "\r":
+        return "\\\n"  # the continuation stays in place: it ends an escape before it
     return chr(int(escape, 8))  # above 0o377: a character of its own, as Python reads it
 
 
