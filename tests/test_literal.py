@@ -195,6 +195,10 @@ def test_python2_header() -> None:
         ('U"x"', "x"),
         ("'\\N{SNOWMAN}'", "\u2603"),
         ("'a\\\nb'", "ab"),
+        ("'a\\\r\nb'", "ab"),
+        ("'a\\\rb'", "ab"),
+        ("'\\777\\400\\3777'", "\u01ff\u0100\xff7"),
+        ("u'\\\\\\\n\\x41'", "\\A"),
         ("'\\x00\\t\\u2603\\U0001f600\\101\\''", "\x00\t\u2603\U0001f600A'"),
         ("'\u00e9\t\x0b'", "\u00e9\t\x0b"),
         (" \t\n\r\f\v[1,\v2]\v\n", [1, 2]),
@@ -245,6 +249,10 @@ def test_values(text: str, expected: Any) -> None:
         ("'a\rb'", "line break at position 2"),
         ("'\\q'", "invalid escape sequence '\\\\q' at position 1"),
         ("'\\x4'", "invalid string literal at position 0"),
+        ("'\\x\\\n41'", "invalid string literal at position 0"),  # a continuation ends it
+        ("'\\ud80\\\r\n0'", "invalid string literal at position 0"),
+        ("True'x'", "unsupported string prefix 'True' at position 0"),
+        ('[None"x"]', "unsupported string prefix 'None' at position 1"),
         ("'\\N{no such name}'", "invalid string literal at position 0"),
         ("'\\U00110000'", "invalid string literal at position 0"),
         ("'a\x00b'", "invalid string literal at position 0"),
@@ -419,7 +427,7 @@ def test_error_positions_are_character_positions_after_long_input() -> None:
     with pytest.raises(FormatError, match=f"expected ',' or ']' at position {len(text) - 2}"):
         parse_literal(text)
     text = "{" + "1: 2, " * 100 + "(1, [2]): 3}"
-    with pytest.raises(FormatError, match=f"unhashable dict key of type tuple at position 601"):
+    with pytest.raises(FormatError, match="unhashable dict key of type tuple at position 601"):
         parse_literal(text)
     text = "  [ [ ] , ( ) ,\n" + "{ }, " * 10 + "[ 1 , 2 ,"  # the innermost is named
     inner = text.rindex("[")

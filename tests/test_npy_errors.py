@@ -223,7 +223,7 @@ def test_headers_deeper_than_numpy_reads_are_format_errors(tmp_path: Path) -> No
     # (descr, shape) pairs nest the dtype 120 levels within 123 brackets: the dtype's limit
     descr = "[('a', " + "(" * 120 + "'<f8'" + ", 1)" * 120 + ")]"
     url = _header_file(
-        tmp_path / "pairs.npy", "{'descr': %s, 'fortran_order': False, 'shape': (1,)}" % descr
+        tmp_path / "pairs.npy", f"{{'descr': {descr}, 'fortran_order': False, 'shape': (1,)}}"
     )
     with pytest.raises(FormatError, match=r"pairs\.npy: .*nests deeper than 99 levels"):
         npystore.read_header(url)

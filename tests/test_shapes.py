@@ -40,7 +40,7 @@ FAST = 5.0
 
 def npy_bytes(descr: str, shape: tuple[int, ...]) -> bytes:
     """A .npy file with a hand-written header (``descr`` as literal text) and no data."""
-    text = "{'descr': %s, 'fortran_order': False, 'shape': %r, }" % (descr, shape)
+    text = f"{{'descr': {descr}, 'fortran_order': False, 'shape': {shape!r}, }}"
     raw = text.encode("latin1")
     raw += b" " * (-(10 + len(raw) + 1) % 64) + b"\n"
     return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(raw)) + raw

@@ -91,7 +91,9 @@ def _subarray(base: np.dtype[Any], shape: object, source: str, descr: object) ->
 def _build(descr: object, source: str, depth: int, counter: list[int]) -> np.dtype[Any]:
     if depth > MAX_DTYPE_DEPTH:
         raise _fail(
-            source, descr, f"the dtype nests deeper than {MAX_DTYPE_DEPTH} levels (numpy.load reads {MAX_DTYPE_DEPTH})"
+            source,
+            descr,
+            f"the dtype nests deeper than {MAX_DTYPE_DEPTH} levels (as deep as numpy.load reads)",
         )
     if isinstance(descr, str):
         return _from_str(descr, source)

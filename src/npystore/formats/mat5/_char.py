@@ -159,7 +159,9 @@ def chars_from_units(
     prefix = f"{where}: " if where else ""
     problem = shape_problem(dims, _CODE_POINTS)  # as_strings=False makes these
     if problem is not None:
-        raise UnsupportedError(f"{prefix}a char array of size {'x'.join(map(str, dims))}: {problem}")
+        raise UnsupportedError(
+            f"{prefix}a char array of size {'x'.join(map(str, dims))}: {problem}"
+        )
     if not as_strings:
         return units.astype("<u4").view("<U1").reshape(dims, order="F")
     problem = char_dims_problem(dims)

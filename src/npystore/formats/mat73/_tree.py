@@ -23,7 +23,6 @@ from npystore.formats.mat73._attrs import (
     size,
     text,
 )
-from npystore.formats.shapes import check_shape
 from npystore.formats.mat73._nodes import (
     CLASS_DTYPES,
     DEFAULT_MAX_DEPTH,
@@ -47,6 +46,7 @@ from npystore.formats.mat73._nodes import (
     is_dataset,
     is_group,
 )
+from npystore.formats.shapes import check_shape
 
 __all__ = ["Mat73Tree"]
 
