@@ -15,9 +15,10 @@ Byte layout (what ``numpy.save`` writes, see ``numpy/lib/_format_impl.py``)::
 
 The header is parsed with :func:`npystore.formats._literal.parse_literal`, a small literal
 parser with depth and size limits (:data:`MAX_HEADER_NESTING` brackets, as numpy's reader);
-it is never evaluated as code. ``shape == ()`` is one
-element. A header may be larger than 64 KiB (version 2.0 exists for that); the caller decides
-the size limit with ``max_header_size``.
+it is never evaluated as code. ``shape == ()`` is one element. A header may be larger than
+64 KiB (version 2.0 exists for that); the caller decides the size limit with
+``max_header_size``. Whether numpy can hold an array of the shape and dtype is checked by the
+caller once the file's size is known (:func:`npystore.formats.shapes.check_shape`).
 
 This module is pure: bytes in, frozen dataclasses out.
 """
