@@ -1024,6 +1024,52 @@ def test_absurd_sizes_are_refused_quickly() -> None:
     assert parse_variable(nofields, 0, "<", source=SRC).decode(nofields).shape == (1000, 1000)
 
 
+@pytest.mark.timeout(120)
+def test_empty_variables_of_dims_numpy_cannot_hold(tmp_path: Any) -> None:
+    """Empty variables whose other dims multiply past numpy's limit (2**63 - 1 bytes of the
+    class's dtype) are refused when parsed, naming dims, dtype and limit; those numpy can
+    hold are read, through the file faces too, as scipy reads them."""
+    import npystore
+
+    big = 2**31 - 1
+    fields = el(5, struct.pack("<i", 4), small=True) + el(1, b"abc\0")
+    refused = {
+        "d0": (matrix(6, (0, big, big, big), f8([]), b"d0"), "float64", "elements"),
+        "d1": (matrix(6, (big, big, 0), f8([]), b"d1"), "float64", "bytes"),
+        "d2": (matrix(6, (0, big, big), f8([]), b"d2"), "float64", "bytes"),
+        "u2": (matrix(11, (0, big, big, 3), el(4, b""), b"u2"), "uint16", "elements"),
+        "u4": (matrix(13, (0, big, 2**30 + 1, 1), el(6, b""), b"u4"), "uint32", "bytes"),
+        "c": (matrix(7, (0, big, big), el(7, b"") * 2, b"c", flags=0x08), "complex64", "b"),
+        "cell": (matrix(1, (0, big, big, big), b"", b"cell"), "object", "elements"),
+        "char": (matrix(4, (0, big, big), el(16, b""), b"char"), "<U1", "bytes"),
+        "st": (matrix(2, (big, 0, big), fields, b"st"), "object", "bytes"),
+    }
+    readable = {  # 2**62 - 2**32 + 1 elements of one byte: numpy holds it, empty
+        "i8": matrix(8, (0, big, big), el(1, b""), b"i8"),
+        "lg": matrix(9, (big, big, 0), el(2, b""), b"lg", flags=0x02),
+    }
+    t0 = time.perf_counter()
+    for name, (element, dtype, unit) in refused.items():
+        with pytest.raises(UnsupportedError) as info:
+            parse_variable(element, 0, "<", source=SRC)
+        message = str(info.value)
+        assert f"variable {name!r}: numpy cannot make an array of shape" in message
+        assert f"and dtype {dtype}, even empty" in message
+        assert unit in message
+        assert "more than numpy's limit 9223372036854775807" in message
+    path = tmp_path / "empty.mat"
+    path.write_bytes(matfile(*(e for e, _, _ in refused.values()), *readable.values()))
+    theirs = sio.loadmat(str(path), variable_names=list(readable))
+    mat = npystore.open_mat(str(path))
+    for name in refused:
+        with pytest.raises(UnsupportedError, match=rf"empty\.mat: variable {name!r}: numpy"):
+            mat[name]
+    for name, dtype in (("i8", np.int8), ("lg", np.bool_)):  # scipy: logical as uint8
+        ours = mat[name].compute()
+        assert (ours.shape, ours.dtype, ours.size) == (theirs[name].shape, np.dtype(dtype), 0)
+    assert time.perf_counter() - t0 < 20.0
+
+
 def test_bad_sparse_indices_are_format_errors() -> None:
     def sparse(ir: list[int], jc: list[int], pr: list[float]) -> bytes:
         body = el(5, np.array(ir, "<i4").tobytes()) + el(5, np.array(jc, "<i4").tobytes())

@@ -22,7 +22,7 @@ import pytest
 import scipy.sparse as sp
 
 import mat_corpus
-from npystore.errors import FormatError
+from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader, open_reader
 from npystore.mat_v73 import Mat73File
 from npystore.mattree import (
@@ -710,6 +710,38 @@ def test_missing_field_and_malformed_values(tmp_path: Path) -> None:
     assert leaf.array.read().tolist() == [[1.0]]  # leaves read after close
     with pytest.raises(ValueError, match="closed"):
         m.node("s")
+
+
+def test_empty_values_of_dims_numpy_cannot_hold(tmp_path: Path) -> None:
+    """MATLAB_empty values whose non-zero dims multiply past numpy's limit are refused when
+    read, naming dims, dtype and limit; those numpy holds are read, empty."""
+    path = tmp_path / "empty.mat"
+    dims = {
+        "d": ("double", [0, 2**47, 2**47]),
+        "c": ("cell", [2**40, 0, 2**30]),
+        "s": ("struct", [2**35, 2**35, 0]),
+        "u8": ("uint8", [0, 2**40, 2**22]),
+    }
+    with mat_file(path) as f:
+        for name, (cls, shape) in dims.items():
+            d = f.create_dataset(name, data=np.array(shape, dtype=np.uint64))
+            d.attrs["MATLAB_class"] = np.bytes_(cls)
+            d.attrs["MATLAB_empty"] = np.uint8(1)
+    stamp(path)
+    t0 = time.perf_counter()
+    with open73(path) as m:
+        for name, dtype in (("d", "float64"), ("c", "object"), ("s", "object")):
+            with pytest.raises(UnsupportedError) as info:
+                m.node(name)
+            message = str(info.value)
+            assert f"variable {name}: numpy cannot make an array of shape" in message
+            assert f"and dtype {dtype}, even empty" in message
+            assert "more than numpy's limit 9223372036854775807" in message
+        leaf = m.node("u8")
+        assert isinstance(leaf, NumericLeaf)
+        got = leaf.array.read()
+        assert (got.shape, got.dtype, got.size) == ((0, 2**40, 2**22), np.dtype(np.uint8), 0)
+    assert time.perf_counter() - t0 < 10
 
 
 def test_plain_hdf5_and_global_variables(tmp_path: Path) -> None:

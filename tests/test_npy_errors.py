@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 import npystore
 from npystore import FormatError, UnsupportedError
+from npystore.formats import npy, npy_descr
 
 
 def _npy_bytes(arr: Any, version: tuple[int, int] | None = None) -> bytes:
@@ -170,6 +172,78 @@ def test_header_over_64k_version_2(tmp_path: Path) -> None:
     assert got["field_01234"].tolist() == [1, 2, 3]
     with pytest.raises(FormatError, match="max_header_size=1000"):
         npystore.read_header(str(path), max_header_size=1000)
+
+
+def _nested(levels: int, inner: Any = "<f8") -> np.dtype[Any]:
+    """A structured dtype ``levels`` deep: one field of one field ... of ``inner``."""
+    dtype = np.dtype(inner)
+    for _ in range(levels):
+        dtype = np.dtype([("a", dtype)])
+    return dtype
+
+
+@pytest.mark.parametrize(
+    ("levels", "inner"),
+    [
+        (32, "<f8"),
+        (64, ">i2"),
+        (99, "<f8"),  # the deepest numpy.load reads: 199 brackets in the header
+        (98, [("x", "<f8", (2,))]),  # deepest around a subarray field: 200 brackets
+        (98, {"names": ["x"], "formats": ["<u4"], "titles": ["t"]}),  # around a titled field
+    ],
+    ids=lambda v: str(v)[:12],
+)
+def test_deep_structured_dtypes_numpy_writes_and_reads(
+    tmp_path: Path, levels: int, inner: Any
+) -> None:
+    dtype = _nested(levels, inner)
+    arr = np.frombuffer(np.random.default_rng(levels).bytes(4 * dtype.itemsize), dtype).copy()
+    path = tmp_path / "deep.npy"
+    np.save(path, arr)
+    expected = np.load(path)
+    url = str(path)
+    got = npystore.load(url)
+    assert got.dtype == expected.dtype
+    assert got.tobytes() == expected.tobytes()
+    lazy = npystore.open_npy(url)
+    assert lazy.dtype == expected.dtype
+    assert lazy[1:3].compute().tobytes() == expected[1:3].tobytes()
+    assert npystore.read_header(url).dtype == expected.dtype
+
+
+def test_headers_deeper_than_numpy_reads_are_format_errors(tmp_path: Path) -> None:
+    # numpy.save writes 100 levels; numpy.load cannot read them back: 201 brackets
+    path = tmp_path / "deeper.npy"
+    np.save(path, np.zeros(2, _nested(100)))
+    with pytest.raises(ValueError, match="Cannot parse header"):
+        np.load(path)
+    for call in _all_entry_points(str(path)):
+        with pytest.raises(FormatError, match=r"deeper\.npy: .*nesting deeper than 200 levels"):
+            call()
+    # (descr, shape) pairs nest the dtype 120 levels within 123 brackets: the dtype's limit
+    descr = "[('a', " + "(" * 120 + "'<f8'" + ", 1)" * 120 + ")]"
+    url = _header_file(
+        tmp_path / "pairs.npy", f"{{'descr': {descr}, 'fortran_order': False, 'shape': (1,)}}"
+    )
+    with pytest.raises(FormatError, match=r"pairs\.npy: .*nests deeper than 99 levels"):
+        npystore.read_header(url)
+    assert npy.MAX_HEADER_NESTING == 200
+    assert npy_descr.MAX_DTYPE_DEPTH == 99
+
+
+@pytest.mark.timeout(60)
+def test_one_mib_header_of_small_dicts_is_refused_within_a_second(tmp_path: Path) -> None:
+    """The header of issue 14: 1 MiB of ``[{'\\n': 1}, ...]``. It was 2-3 s to refuse."""
+    unit = "{'\\n': 1}, "
+    text = "[" + unit * ((npy.DEFAULT_MAX_HEADER_SIZE - 4) // len(unit))
+    text = (text + "]").ljust(npy.DEFAULT_MAX_HEADER_SIZE - 1) + "\n"
+    raw = text.encode("latin1")
+    url = _header_file(tmp_path / "dicts.npy", text, version=2)
+    assert len(raw) == npy.DEFAULT_MAX_HEADER_SIZE
+    started = time.process_time()
+    with pytest.raises(FormatError, match=r"dicts\.npy: .npy header is a list, expected a dict"):
+        npystore.read_header(url)
+    assert time.process_time() - started < 1.0
 
 
 def test_python2_header_with_long_suffix(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from npystore.errors import FormatError, UnsupportedError
 from npystore.faces.dask import DEFAULT_MAX_CHUNKS, to_dask
 from npystore.fetch import RangeReader, open_reader
 from npystore.formats import npy
+from npystore.formats.shapes import check_shape
 from npystore.layout import ArrayLayout, Order, PickledExtent, RawExtent, Unpickle
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ def header_from_prefix(reader: RangeReader, prefix: bytes, max_header_size: int)
             f"{header.nbytes} bytes from byte {header.data_offset}, the file has "
             f"{reader.size - header.data_offset}"
         )
+    check_shape(header.shape, header.dtype, source=url)
     return header
 
 

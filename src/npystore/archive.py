@@ -22,6 +22,7 @@ from npystore.crccheck import CrcLedger
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader
 from npystore.formats import deflate, npy, zipdir
+from npystore.formats.shapes import check_shape
 from npystore.layout import (
     ArrayLayout,
     DeflatedExtent,
@@ -387,6 +388,7 @@ class ZipArchive:
                 f"{source}: the npy header declares {header.nbytes} bytes of data from byte "
                 f"{header.data_offset}, but the member holds {member_size} bytes"
             )
+        check_shape(header.shape, header.dtype, source=source)
         order: Order = "F" if header.fortran_order else "C"
         nbytes = member_size - header.data_offset if header.is_pickled else header.nbytes
         if info.compressed:

@@ -75,12 +75,28 @@ def normalize_layout_chunks(array: LayoutArray, chunks: ChunksSpec) -> tuple[tup
             # each chunk inflates into a temporary buffer: keep memory per task bounded
             target = min(target, DEFLATED_CHUNK_TARGET)
         return contiguous_chunks(layout.shape, layout.dtype.itemsize, layout.order, target)
+    if layout.dtype.itemsize == 0:
+        # any number of 0-byte elements fits a size target: "auto" and byte sizes (which
+        # dask refuses for itemsize 0) take whole axes, as the "auto" branch above does
+        chunks = _sizes_to_whole_axes(chunks)
     from dask.array.core import normalize_chunks  # noqa: PLC0415 - keeps import light
 
     normalized: tuple[tuple[int, ...], ...] = normalize_chunks(  # type: ignore[no-untyped-call]
         chunks, layout.shape, dtype=layout.dtype
     )
     return normalized
+
+
+def _sizes_to_whole_axes(chunks: ChunksSpec) -> ChunksSpec:
+    """``chunks`` with every ``"auto"`` or byte-size string (e.g. ``"64 MiB"``) replaced by
+    ``-1``, the whole axis: the meaning of a size target for elements of 0 bytes."""
+    if isinstance(chunks, str):
+        return -1
+    if isinstance(chunks, dict):
+        return {axis: _sizes_to_whole_axes(spec) for axis, spec in chunks.items()}
+    if isinstance(chunks, tuple | list):
+        return type(chunks)(-1 if isinstance(spec, str) else spec for spec in chunks)
+    return chunks
 
 
 def _base_storage(layout: ArrayLayout) -> object:
@@ -155,7 +171,8 @@ def to_dask(
         storage_token(layout.storage),
         layout.shape,
         str(layout.dtype),
-        layout.dtype.descr if layout.dtype.names else layout.dtype.str,
+        # a string: dask would walk a nested descr with 5 frames a level (99 levels: too deep)
+        repr(layout.dtype.descr) if layout.dtype.names else layout.dtype.str,
         layout.order,
         layout.unpickle,
         normalized,

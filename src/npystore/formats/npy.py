@@ -14,9 +14,11 @@ Byte layout (what ``numpy.save`` writes, see ``numpy/lib/_format_impl.py``)::
                   stream when the dtype holds Python objects
 
 The header is parsed with :func:`npystore.formats._literal.parse_literal`, a small literal
-parser with depth and size limits; it is never evaluated as code. ``shape == ()`` is one
-element. A header may be larger than 64 KiB (version 2.0 exists for that); the caller decides
-the size limit with ``max_header_size``.
+parser with depth and size limits (:data:`MAX_HEADER_NESTING` brackets, as numpy's reader);
+it is never evaluated as code. ``shape == ()`` is one element. A header may be larger than
+64 KiB (version 2.0 exists for that); the caller decides the size limit with
+``max_header_size``. Whether numpy can hold an array of the shape and dtype is checked by the
+caller once the file's size is known (:func:`npystore.formats.shapes.check_shape`).
 
 This module is pure: bytes in, frozen dataclasses out.
 """
@@ -37,6 +39,7 @@ from npystore.formats.npy_descr import descr_to_dtype
 __all__ = [
     "DEFAULT_MAX_HEADER_SIZE",
     "MAGIC",
+    "MAX_HEADER_NESTING",
     "MAX_NDIM",
     "NpyHeader",
     "NpyPreamble",
@@ -55,6 +58,10 @@ PREAMBLE_MAX_LEN: Final = 12
 DEFAULT_MAX_HEADER_SIZE: Final = 2**20
 #: numpy's NPY_MAXDIMS.
 MAX_NDIM: Final = 64
+#: Most brackets a header may have open at once. numpy.load reads the header with
+#: ast.literal_eval, whose parser allows 200: a structured dtype nested 99 deep (two brackets
+#: a level, one for the dict), or 98 deep around a subarray or titled field.
+MAX_HEADER_NESTING: Final = 200
 
 _EXPECTED_KEYS: Final = frozenset({"descr", "fortran_order", "shape"})
 _LENGTH_FORMAT: Final = {1: ("<H", "latin1"), 2: ("<I", "latin1"), 3: ("<I", "utf8")}
@@ -220,7 +227,7 @@ def parse_header(
             f"{source}: .npy header is not valid {preamble.encoding}: {exc}"
         ) from None
     try:
-        value = parse_literal(text)
+        value = parse_literal(text, max_depth=MAX_HEADER_NESTING)
     except FormatError as exc:
         raise FormatError(f"{source}: cannot parse .npy header: {exc}") from None
     if not isinstance(value, dict):

@@ -20,8 +20,11 @@ from npystore.errors import FormatError
 
 __all__ = ["MAX_DTYPE_DEPTH", "MAX_FIELDS", "descr_to_dtype"]
 
-#: Nesting limit of structured dtypes inside structured dtypes.
-MAX_DTYPE_DEPTH: Final = 32
+#: Most levels a ``descr`` nests (a list of fields or a ``(descr, shape)`` pair is a level):
+#: a structured dtype nested 99 deep is the deepest that numpy.load reads back (its header
+#: then has 199 brackets open, one short of the 200 of ast.literal_eval; see
+#: :data:`npystore.formats.npy.MAX_HEADER_NESTING`).
+MAX_DTYPE_DEPTH: Final = 99
 #: Limit on the total number of fields across all nesting levels.
 MAX_FIELDS: Final = 100_000
 #: Longest dtype string accepted (e.g. '<U10', '(2,3)<f8', '<M8[ns]').
@@ -87,7 +90,11 @@ def _subarray(base: np.dtype[Any], shape: object, source: str, descr: object) ->
 
 def _build(descr: object, source: str, depth: int, counter: list[int]) -> np.dtype[Any]:
     if depth > MAX_DTYPE_DEPTH:
-        raise _fail(source, descr, f"structured dtypes nest deeper than {MAX_DTYPE_DEPTH}")
+        raise _fail(
+            source,
+            descr,
+            f"the dtype nests deeper than {MAX_DTYPE_DEPTH} levels (as deep as numpy.load reads)",
+        )
     if isinstance(descr, str):
         return _from_str(descr, source)
     if isinstance(descr, tuple):

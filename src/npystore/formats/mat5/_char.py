@@ -11,6 +11,7 @@ import numpy.typing as npt
 
 from npystore.errors import FormatError, UnsupportedError
 from npystore.formats.mat5._tags import MAX_UNBACKED, DataRef, _Bytes
+from npystore.formats.shapes import shape_problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +117,8 @@ class CharArray:
         return chars_from_units(self.code_units(buffer, base), self.dims, as_strings=as_strings)
 
 
-#: Shapes whose non-zero dimensions multiply to this or more cannot be numpy arrays.
-_MAX_SHAPE_PRODUCT: Final = 2**62
+#: The dtype of the code points, one per character, that a char array of its dims holds.
+_CODE_POINTS: Final = np.dtype("<U1")
 
 
 def char_dims_problem(dims: tuple[int, ...]) -> str | None:
@@ -156,11 +157,10 @@ def chars_from_units(
     numpy.ndarray
     """
     prefix = f"{where}: " if where else ""
-    if math.prod(d for d in dims if d) >= _MAX_SHAPE_PRODUCT:
-        # an empty array (some dimension 0) whose other dimensions numpy cannot represent
+    problem = shape_problem(dims, _CODE_POINTS)  # as_strings=False makes these
+    if problem is not None:
         raise UnsupportedError(
-            f"{prefix}a char array of size {'x'.join(map(str, dims))}: numpy cannot make "
-            f"an array of that shape, even empty"
+            f"{prefix}a char array of size {'x'.join(map(str, dims))}: {problem}"
         )
     if not as_strings:
         return units.astype("<u4").view("<U1").reshape(dims, order="F")

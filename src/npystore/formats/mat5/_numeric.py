@@ -13,6 +13,19 @@ from npystore.errors import FormatError
 from npystore.formats.mat5._tags import _CLASS_CODES, _CLASS_DTYPES, DataRef, _Bytes
 
 
+def numeric_dtype(matlab_class: str, is_complex: bool) -> np.dtype[Any]:
+    """The dtype a full numeric or logical array of ``matlab_class`` decodes to (native order).
+
+    The class's dtype (``bool`` for logical); complex: complex64 for single, complex128
+    otherwise (numpy has no complex integers; exact up to 2**53).
+    """
+    if matlab_class == "logical":
+        return np.dtype(np.bool_)
+    if is_complex:
+        return np.dtype(np.complex64 if matlab_class == "single" else np.complex128)
+    return np.dtype(_CLASS_DTYPES[_CLASS_CODES[matlab_class]])
+
+
 @dataclass(frozen=True, slots=True)
 class NumericArray:
     """A full numeric or logical array.
@@ -58,11 +71,7 @@ class NumericArray:
         The class's dtype (``bool`` for logical); complex: complex64 for single,
         complex128 otherwise (numpy has no complex integers; exact up to 2**53).
         """
-        if self.matlab_class == "logical":
-            return np.dtype(np.bool_)
-        if self.is_complex:
-            return np.dtype(np.complex64 if self.matlab_class == "single" else np.complex128)
-        return np.dtype(_CLASS_DTYPES[_CLASS_CODES[self.matlab_class]])
+        return numeric_dtype(self.matlab_class, self.is_complex)
 
     def data_refs(self) -> tuple[DataRef, ...]:
         """The ranges holding this array's values."""

@@ -18,7 +18,7 @@ from npystore.formats.mat5._nodes import (
     OpaqueObject,
     StructArray,
 )
-from npystore.formats.mat5._numeric import NumericArray, SparseArray
+from npystore.formats.mat5._numeric import NumericArray, SparseArray, numeric_dtype
 from npystore.formats.mat5._tags import (
     _CHAR_ENCODINGS,
     _CLASS_DTYPES,
@@ -45,6 +45,7 @@ from npystore.formats.mat5._tags import (
     _mi,
     _Reader,
 )
+from npystore.formats.shapes import check_shape
 
 
 def parse_variable(
@@ -114,6 +115,9 @@ def _parse_matrix(
         where = f"{r.source}: variable {h.name!r}"
     code, dims, numel = h.class_code, h.dims, math.prod(h.dims)
     order = r.order
+    dense = _dense_dtype(h)
+    if dense is not None:  # an empty array of huge dimensions: refused before any is made
+        check_shape(dims, dense, source=where)
     if code == 0 and h.size == TAG_SIZE:
         empty = DataRef(pos + TAG_SIZE, 0, _dt(order, "f8"), MI_DOUBLE)
         return NumericArray("", (0, 0), "double", False, empty, None, pos, h.size)
@@ -166,6 +170,20 @@ def _parse_matrix(
     return OpaqueObject(
         h.name, h.matlab_class, "unknown", code, "", dims, None, pos, h.size, h.is_global
     )
+
+
+def _dense_dtype(h: MatrixHeader) -> np.dtype[Any] | None:
+    """The dtype of the numpy array of ``h.dims`` the matrix decodes to, if there is one:
+    the class's dtype, ``<U1`` for the code points of a char array, object for cells and
+    structs; None for sparse matrices, function handles and opaque objects."""
+    code = h.class_code
+    if code in _CLASS_DTYPES:
+        return numeric_dtype(h.matlab_class, h.is_complex and not h.is_logical)
+    if code == CHAR:
+        return np.dtype("<U1")
+    if code in (CELL, STRUCT, OBJECT):
+        return np.dtype(object)
+    return None
 
 
 def _parse_child(

@@ -46,6 +46,7 @@ from npystore.formats.mat73._nodes import (
     is_dataset,
     is_group,
 )
+from npystore.formats.shapes import check_shape
 
 __all__ = ["Mat73Tree"]
 
@@ -230,6 +231,8 @@ class Mat73Tree:
         dims = empty_dims(dset, where)
         cls = "double" if cls in (None, "canonical empty") else cls
         numel = math.prod(dims)
+        if cls in CLASS_DTYPES or cls in ("struct", "cell"):  # numpy must hold even empty ones
+            check_shape(dims, CLASS_DTYPES.get(cls, np.dtype(object)), source=where)
         if cls == "struct":
             fields = field_names(optional(dset.attrs, "MATLAB_fields"), (), where)
             if numel and fields:
