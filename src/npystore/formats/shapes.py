@@ -66,8 +66,8 @@ def shape_problem(shape: Sequence[int], dtype: np.dtype[Any]) -> str | None:
 
     Examples
     --------
-    >>> shape_problem((2**62, 0), np.dtype("<f8"))  # doctest: +ELLIPSIS
-    'numpy cannot make an array of shape (4611686018427387904, 0) and dtype float64, even ...'
+    >>> print(shape_problem((2**62, 0), np.dtype("<f8")))  # doctest: +ELLIPSIS
+    numpy cannot make an array of shape (4611686018427387904, 0) and dtype float64, even ...
     >>> shape_problem((2**62, 0), np.dtype("|u1")) is None
     True
     """
