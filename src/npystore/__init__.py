@@ -18,6 +18,7 @@ from npystore.errors import (
     ConsistencyError,
     FetchError,
     FormatError,
+    MissingDependencyError,
     NpystoreError,
     UnsupportedError,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "MatInfo",
     "MatStruct",
     "MatlabObject",
+    "MissingDependencyError",
     "NpyHeader",
     "NpzFile",
     "NpystoreError",
