@@ -172,7 +172,7 @@ def test_a_file_changed_under_an_open_array(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("make", "error", "match"),
     [
-        (lambda p: open(p), TypeError, r"open in text mode; open it in binary mode"),  # noqa: SIM115
+        (open, TypeError, r"open in text mode; open it in binary mode"),
         (lambda p: 42, TypeError, r"expected a path, a URL or a binary file object"),
         (lambda p: [b"\x93NUMPY"], TypeError, r"got list"),
     ],
