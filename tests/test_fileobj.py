@@ -209,3 +209,8 @@ def test_unseekable_closed_and_options() -> None:
         a.compute()
     with pytest.raises(UnsupportedError, match="mmap_mode maps local files only"):
         npystore.load(io.BytesIO(_saved(np.arange(3))), mmap_mode="r")
+
+
+def test_kerchunk_references_need_a_url() -> None:
+    with pytest.raises(UnsupportedError, match=r"<BytesIO>: kerchunk references point into"):
+        npystore.to_kerchunk(io.BytesIO(_saved(np.arange(3))))
