@@ -24,8 +24,9 @@ from npystore.errors import MissingDependencyError, UnsupportedError, missing_de
 
 
 def _blocked(modules: list[str], code: str) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter where ``modules`` cannot be imported."""
-    prelude = "import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in modules)
+    """Run ``code`` in a fresh interpreter where ``modules`` cannot be imported (blocked
+    after ``import npystore``, which is light and looks at which modules are loaded)."""
+    prelude = "import sys, npystore\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in modules)
     return subprocess.run(
         [sys.executable, "-c", prelude + code],
         capture_output=True,

@@ -304,8 +304,9 @@ def test_known_protocol_without_its_package(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _blocked(modules: list[str], code: str) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter where ``modules`` cannot be imported."""
-    prelude = "import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in modules)
+    """Run ``code`` in a fresh interpreter where ``modules`` cannot be imported (blocked
+    after ``import npystore``, which is light and looks at which modules are loaded)."""
+    prelude = "import sys, npystore\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in modules)
     return subprocess.run(
         [sys.executable, "-c", prelude + code],
         capture_output=True,
