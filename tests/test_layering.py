@@ -4,7 +4,7 @@
   scipy.sparse (lazily, for MATLAB sparse values) and npystore's errors/formats.
 - ``layout`` does no IO and knows no face.
 - all IO goes through ``fetch`` (and ``s3direct``, its presigned S3 GETs, ``opening``, its
-  opening request, and ``remote``, its retries): fsspec, s3fs,
+  opening request, ``remote``, its retries, and ``fileobj``, open file objects): fsspec, s3fs,
   botocore are imported nowhere else (``testing/`` excepted, it builds servers for the
   tests and the demo).
 - faces never parse bytes: they do not import ``npystore.formats``.
@@ -28,7 +28,7 @@ import npystore
 
 PACKAGE = Path(npystore.__file__).parent
 #: The fetch layer: the reader, its direct S3 request path, the opening request and retries.
-FETCH_LAYER = {"fetch.py", "s3direct.py", "opening.py", "remote.py"}
+FETCH_LAYER = {"fetch.py", "s3direct.py", "opening.py", "remote.py", "fileobj.py"}
 #: Modules that use npystore as a user would (dask allowed).
 TOOLS = {"demo.py", "cli.py", "convert.py"}
 #: Modules that subclass fsspec's filesystem classes (fsspec allowed, no other IO library).

@@ -21,6 +21,7 @@ from npystore.errors import (
     ConsistencyError,
     FetchError,
     FormatError,
+    MissingDependencyError,
     NpystoreError,
     UnsupportedError,
 )
@@ -113,6 +114,7 @@ __all__ = [
     "MatInfo",
     "MatStruct",
     "MatlabObject",
+    "MissingDependencyError",
     "NpyHeader",
     "NpzFile",
     "NpystoreError",

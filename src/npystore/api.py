@@ -17,6 +17,7 @@ from npystore.access import LayoutArray
 from npystore.errors import FormatError, UnsupportedError
 from npystore.faces.dask import DEFAULT_MAX_CHUNKS, to_dask
 from npystore.fetch import RangeReader, open_reader
+from npystore.fileobj import BinaryFile
 from npystore.formats import npy
 from npystore.formats.shapes import check_shape
 from npystore.layout import ArrayLayout, Order, PickledExtent, RawExtent, Unpickle
@@ -39,6 +40,8 @@ PREFIX_SIZE: Final = 128
 LOAD_HEAD: Final = 2**20
 
 StorageOptions = Mapping[str, Any] | None
+#: What the open functions take: a local path, an fsspec URL or an open binary file object.
+Source = str | BinaryFile
 
 _MAT5_TEXT: Final = b"MATLAB 5.0 MAT-file"
 _MAT73_TEXT: Final = b"MATLAB 7.3 MAT-file"
@@ -100,7 +103,7 @@ def _layout(
 
 
 def read_header(
-    url: str,
+    url: Source,
     *,
     storage_options: StorageOptions = None,
     max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
@@ -113,9 +116,11 @@ def read_header(
 
     Parameters
     ----------
-    url : str
+    url : str or file object
         Local path or any fsspec URL (``s3://``, ``http(s)://``, ``memory://``, chained URLs
-        such as ``simplecache::s3://...``).
+        such as ``simplecache::s3://...``), or an open binary file object (read from its
+        current position; left at the start of the data, as numpy's
+        ``read_array_header_*`` leave it).
     storage_options : mapping, optional
         Filesystem options, as fsspec's ``storage_options``.
     max_header_size : int
@@ -140,7 +145,10 @@ def read_header(
     ((3, 4), dtype('float32'), False, 128)
     """
     reader = open_reader(url, storage_options)
-    return header_from_prefix(reader, read_prefix(reader), max_header_size)
+    header = header_from_prefix(reader, read_prefix(reader), max_header_size)
+    if reader.source is not None:
+        reader.source.move_to(header.data_offset)
+    return header
 
 
 def open_layout_array(
@@ -158,7 +166,7 @@ def open_layout_array(
 
 
 def open_npy(
-    url: str,
+    url: Source,
     *,
     chunks: Any = "auto",
     storage_options: StorageOptions = None,
@@ -174,8 +182,11 @@ def open_npy(
 
     Parameters
     ----------
-    url : str
-        Local path or any fsspec URL.
+    url : str or file object
+        Local path or any fsspec URL, or an open binary file object (read from its current
+        position; its position is unspecified while the array is in use; the dask graph
+        runs in the threads of this process: pickled, only an ``io.BytesIO`` travels, by
+        value).
     chunks : "auto", int, tuple, dict or -1
         Dask chunk spec. ``"auto"`` (default) makes chunks of about dask's
         ``array.chunk-size`` split along the slowest-varying axis only, so each chunk is one
@@ -261,7 +272,7 @@ def _npy_dask(
 
 
 def load(
-    url: str,
+    url: Source,
     *,
     storage_options: StorageOptions = None,
     allow_pickle: bool = False,
@@ -280,8 +291,11 @@ def load(
 
     Parameters
     ----------
-    url : str
-        Local path or any fsspec URL.
+    url : str or file object
+        Local path or any fsspec URL, or an open binary file object as :func:`numpy.load`
+        takes it (``open(path, "rb")``, ``io.BytesIO``, an fsspec file): read from its
+        current position; after an ``.npy`` array its position is just after the array, as
+        numpy leaves it.
     storage_options : mapping, optional
         Filesystem options, as fsspec's ``storage_options``.
     allow_pickle : bool
@@ -343,7 +357,12 @@ def load(
     array = open_layout_array(reader, prefix, allow_pickle, max_header_size, unpickle)
     if mmap_mode is not None:
         return _memmap(reader, array.layout, mmap_mode)
-    return array.read(parallel=True)
+    values = array.read(parallel=True)
+    if reader.source is not None:  # where numpy.load leaves the file: after the array
+        storage = array.layout.storage
+        end = storage.offset + storage.nbytes if isinstance(storage, RawExtent) else reader.size
+        reader.source.move_to(end)
+    return values
 
 
 MmapMode = Literal["r+", "r", "w+", "c", "readonly", "readwrite", "write", "copyonwrite"]
@@ -417,7 +436,7 @@ def _is_mat(prefix: bytes) -> bool:
 
 
 def open(
-    url: str,
+    url: Source,
     *,
     storage_options: StorageOptions = None,
     **kwargs: Any,
@@ -426,8 +445,8 @@ def open(
 
     Parameters
     ----------
-    url : str
-        Local path or any fsspec URL.
+    url : str or file object
+        Local path or any fsspec URL, or an open binary file object (see :func:`open_npy`).
     storage_options : mapping, optional
         Filesystem options, as fsspec's ``storage_options``.
     **kwargs

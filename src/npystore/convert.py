@@ -43,19 +43,24 @@ from typing import Any, Final
 
 import dask
 import numpy as np
-import zarr
 from dask.base import compute
 from dask.delayed import delayed
 from dask.utils import parse_bytes
-from zarr.abc.store import Store
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
+
+from npystore.errors import FormatError, NpystoreError, UnsupportedError, missing_dependency
+
+try:
+    import zarr
+    from zarr.abc.store import Store
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+except ImportError as exc:
+    raise missing_dependency("zarr", "zarr", "converting to Zarr (npystore convert)", exc) from exc
 
 import npystore
 from npystore.access import LayoutArray
 from npystore.archive import DEFAULT_MAX_MEMBERS
 from npystore.crccheck import CrcLedger
-from npystore.errors import FormatError, NpystoreError, UnsupportedError
 from npystore.faces.dask import normalize_layout_chunks, to_dask
 from npystore.faces.dtypes import zarr_dtype_for
 from npystore.faces.zarr_store import ArrayNode, GroupNode, node_name

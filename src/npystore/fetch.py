@@ -19,7 +19,14 @@ It reads ranges four ways:
   response's ``ETag`` compared with it (a mismatch, or no ETag at all, is a
   :class:`~npystore.errors.ConsistencyError`); without a strong ETag at open, unpinned;
 - other async filesystems (gcs, azure, ...): one ``_cat_file`` per range, concurrently;
-- everything else: ``fs.cat_ranges``.
+- everything else: ``fs.cat_ranges``;
+- an open binary file object instead of a URL: positional reads (see :mod:`npystore.fileobj`).
+
+An http(s) server that ignores ``Range`` (``python -m http.server``) answers the first ranged
+GET with ``200`` and the whole object: an object of at most :data:`IGNORED_RANGE_MAX` bytes is
+kept from that answer and every later read of the reader is served from it (one GET in all);
+a larger one raises :class:`~npystore.errors.UnsupportedError` at once, without reading the
+body or retrying, saying to read it through ``simplecache::`` or a download.
 
 Remote results are length-checked; a short body, a dropped connection or a server error is
 retried with exponential backoff and jitter, up to :data:`REMOTE_ATTEMPTS` attempts and within
@@ -46,7 +53,8 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from npystore import opening, remote, s3direct
-from npystore.errors import ConsistencyError, FetchError
+from npystore.errors import ConsistencyError, FetchError, UnsupportedError
+from npystore.fileobj import BinaryFile, FileSource, is_file_object
 from npystore.remote import (
     BUDGET_ENV,
     BUDGET_OPTION,
@@ -63,6 +71,7 @@ __all__ = [
     "REMOTE_ATTEMPTS",
     "RETRY_DELAY",
     "RETRY_DELAY_MAX",
+    "IGNORED_RANGE_MAX",
     "ObjectIdentity",
     "RangeReader",
     "open_reader",
@@ -77,6 +86,10 @@ LOCAL_PART_SIZE: Final = 16 * 2**20
 #: Bytes read together with the identity when an S3 object is opened (see :func:`open_reader`):
 #: enough to recognise every format and to hold a typical .npy header, no array data.
 OPEN_HEAD: Final = 128
+#: Largest object an http(s) server that ignores ``Range`` may send whole: the reader keeps
+#: it in memory and reads nothing more. Larger ones raise UnsupportedError (read them through
+#: ``simplecache::`` or download them).
+IGNORED_RANGE_MAX: Final = 8 * 2**20
 
 _IDENTITY_KEYS: Final = (
     "ETag",
@@ -158,6 +171,8 @@ class RangeReader:
         Seconds one remote range may take, all attempts included (see
         :func:`npystore.remote.budget_from`; default: ``NPYSTORE_READ_BUDGET`` or
         :data:`READ_BUDGET`).
+    source : FileSource, optional
+        An open file object to read instead of ``fs`` and ``path`` (both unused then).
     """
 
     #: Gap (bytes) below which neighbouring regions are read as one range.
@@ -174,13 +189,16 @@ class RangeReader:
         head: bytes = b"",
         tail: bytes = b"",
         budget: float | None = None,
+        source: FileSource | None = None,
     ):
         self.fs = fs
         self.path = path
         self.identity = identity
+        #: The file object read instead of a filesystem path, if any.
+        self.source = source
         #: Seconds one remote range may take, all its attempts and waits included.
         self.budget = remote.budget_from(budget)
-        self.local = isinstance(fs, LocalFileSystem)
+        self.local = source is None and isinstance(fs, LocalFileSystem)
         self._pinned_s3 = _is_s3(fs)
         self._http = _is_http(fs)
         #: Other async filesystems whose ``_cat_ranges`` is fsspec's (one ``_cat_file`` per
@@ -224,9 +242,13 @@ class RangeReader:
         #: directory is at its end); served like :attr:`head`.
         self.tail = tail
         self._tail_start = identity.size - len(tail)
+        #: http(s): the whole object, when its server ignored ``Range`` (see the module doc).
+        self._whole: bytes | None = None
 
     def __reduce__(self) -> tuple[Callable[..., RangeReader], tuple[Any, ...]]:
         # the head stays behind: workers read what they need (it is pinned all the same)
+        if self.source is not None:  # pickles by value (BytesIO) or refuses (a file handle)
+            return (_restore_file, (self.source, self.identity))
         return (_restore, (self.fs, self.path, self.identity, self.budget))
 
     def __repr__(self) -> str:
@@ -260,7 +282,7 @@ class RangeReader:
             return self.head[start:] + self._remote_read([(len(self.head), stop)])[0]
         if self.tail and start >= self._tail_start:
             return self.tail[start - self._tail_start : stop - self._tail_start]
-        if self.local:
+        if self.local or self.source is not None:
             buf = bytearray(stop - start)
             self._local_readinto([(start, memoryview(buf))])
             return bytes(buf)
@@ -281,7 +303,7 @@ class RangeReader:
                 self.head[start:stop] if stop <= n else self.head[start:n] + next(got)
                 for start, stop in ranges
             ]
-        if self.local:
+        if self.local or self.source is not None:
             bufs = [bytearray(stop - start) for start, stop in ranges]
             self._local_readinto(
                 [(s, memoryview(b)) for (s, _), b in zip(ranges, bufs, strict=True)]
@@ -308,7 +330,7 @@ class RangeReader:
             requests = self._from_head(requests)
             if not requests:
                 return
-        if self.local:
+        if self.local or self.source is not None:
             if parallel:
                 requests = _split(requests, LOCAL_PART_SIZE)
             self._local_readinto(requests, parallel=parallel)
@@ -341,6 +363,9 @@ class RangeReader:
     def _local_readinto(
         self, requests: Sequence[tuple[int, memoryview]], *, parallel: bool = False
     ) -> None:
+        if self.source is not None:
+            self.source.readinto_many(requests)
+            return
         fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
             self._check_local_identity(fd)
@@ -389,6 +414,8 @@ class RangeReader:
         ``into``."""
         if not ranges:
             return []
+        if self._whole is not None:  # an http server that ignores Range sent all of it
+            return self._from_whole(ranges, into)
         if not (self._pinned_s3 or self._http or self._async_ranges):
             return self._sync_read(ranges)
         from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
@@ -475,6 +502,41 @@ class RangeReader:
             time.sleep(delay)
         return [r if r is not None else b"" for r in results]
 
+    def _from_whole(
+        self, ranges: list[tuple[int, int]], into: list[memoryview] | None
+    ) -> list[bytes]:
+        whole = self._whole or b""
+        if into is None:
+            return [whole[start:stop] for start, stop in ranges]
+        for (start, stop), view in zip(ranges, into, strict=True):
+            view[:] = whole[start:stop]
+        return [b""] * len(ranges)
+
+    async def _ignored_range(self, resp: Any, start: int, stop: int) -> bytes:
+        """A ``200`` answer to a ranged GET: the server ignores ``Range`` and sends the whole
+        object. Kept (and the range cut from it) if small enough, else UnsupportedError."""
+        size = self.identity.size
+        length = resp.headers.get("Content-Length")
+        if length is not None and length.isdigit() and int(length) != size:
+            raise ConsistencyError(
+                f"{self.url}: the server ignored the range request and sent {length} bytes, "
+                f"but the object had {size} bytes when it was opened; reopen it"
+            )
+        if size > IGNORED_RANGE_MAX:
+            raise UnsupportedError(
+                f"{self.url}: the server ignores Range requests (it answered a request for "
+                f"bytes [{start}, {stop}) with status 200 and the whole object of {size} "
+                f"bytes); npystore reads objects from such servers whole only up to "
+                f"{IGNORED_RANGE_MAX} bytes. Read it through a local copy, e.g. "
+                f"'simplecache::{self.url}', or download it first"
+            )
+        body: bytes = await resp.read()
+        if len(body) != size:  # not kept; a body short of the range is retried
+            return body[start:stop]
+        _log.debug("%s: the server ignores Range; serving reads from its whole answer", self.url)
+        self._whole = body
+        return body[start:stop]
+
     def _cat_file_reads(self) -> remote.GetOne:
         fs: Any = self.fs
 
@@ -509,6 +571,12 @@ class RangeReader:
                     None,
                     resp.headers.get("Content-Range", ""),
                 )
+                if resp.status == 200 and (start, stop) != (0, self.identity.size):
+                    whole = await self._ignored_range(resp, start, stop)
+                    if into is None or len(whole) != stop - start:
+                        return whole
+                    into[k][:] = whole
+                    return into[k]
                 if into is None:
                     data: bytes = await resp.read()
                     return data
@@ -637,6 +705,15 @@ def _restore(fs: Any, path: str, identity: ObjectIdentity, budget: float) -> Ran
     return RangeReader(fs, path, identity, budget=budget)
 
 
+def _restore_file(source: FileSource, identity: ObjectIdentity) -> RangeReader:
+    """Unpickle a :class:`RangeReader` over a file object (an :class:`io.BytesIO`'s bytes)."""
+    if source.size != identity.size:
+        raise ConsistencyError(
+            f"{identity.url}: {source.size} bytes arrived, the object had {identity.size}"
+        )
+    return RangeReader(None, "", identity, source=source)
+
+
 def _same_etag(want: str, got: str | None, *, strict: bool) -> bool:
     """Whether a response's ETag is the one opened. S3 ETags are compared without their
     quotes (listings and some S3-compatible servers differ in quoting); http ones exactly."""
@@ -722,7 +799,7 @@ def write_object(url: str, data: bytes, storage_options: Mapping[str, Any] | Non
 
 
 def open_reader(
-    url: str,
+    url: str | BinaryFile,
     storage_options: Mapping[str, Any] | None = None,
     *,
     head: int = OPEN_HEAD,
@@ -738,8 +815,10 @@ def open_reader(
 
     Parameters
     ----------
-    url : str
-        Local path or fsspec URL, e.g. ``"s3://bucket/a.npy"`` or ``"simplecache::s3://..."``.
+    url : str or file object
+        Local path or fsspec URL, e.g. ``"s3://bucket/a.npy"`` or ``"simplecache::s3://..."``;
+        or an open, seekable binary file object, read from its current position to its end
+        (see :mod:`npystore.fileobj`; no request, ``storage_options`` must be empty).
     storage_options : mapping, optional
         Keyword arguments for the filesystem (fsspec's ``storage_options``), plus npystore's
         own ``"npystore_read_budget"``: seconds one remote byte range (and the opening
@@ -760,12 +839,30 @@ def open_reader(
     ------
     FetchError
         The opening request failed after its attempts or its time budget.
+    FileNotFoundError, PermissionError
+        The object does not exist, or may not be read (the message names the URL).
+    UnsupportedError
+        A protocol fsspec does not know; a file object that cannot seek.
+    MissingDependencyError
+        The protocol's filesystem package (s3fs, aiohttp, gcsfs, ...) is not installed (an
+        :class:`UnsupportedError` and an :class:`ImportError`).
     ValueError
         ``npystore_read_budget`` (or ``NPYSTORE_READ_BUDGET``) is not a positive number.
     """
+    if is_file_object(url):
+        if storage_options:
+            raise TypeError("storage_options apply to URLs, not to an open file object")
+        source = FileSource(url)
+        identity = ObjectIdentity(source.name, source.size, source.fields)
+        return RangeReader(None, "", identity, source=source)
+    if not isinstance(url, (str, os.PathLike)):
+        raise TypeError(
+            f"expected a path, a URL or a binary file object with read, seek and tell, "
+            f"got {type(url).__name__}"
+        )
     options = dict(storage_options or {})
     budget = remote.budget_from(options.pop(BUDGET_OPTION, None))
-    fs, path = fsspec.core.url_to_fs(url, **options)
+    fs, path = opening.filesystem(os.fspath(url), options)
     name = fs.unstrip_protocol(path) if not isinstance(fs, LocalFileSystem) else path
     if tail > 0 and _is_s3(fs):
         opened, last = opening.s3_open(fs, path, name, -tail, budget)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from npystore.errors import FormatError, UnsupportedError
+from npystore.errors import FormatError, missing_dependency
 from npystore.faces.dask import DEFAULT_MAX_CHUNKS, ChunksSpec, to_dask
 from npystore.fetch import RangeReader, open_reader
 from npystore.formats import mat5
@@ -219,6 +219,9 @@ def open_mat(
     UnsupportedError
         A valid file using features npystore does not read (e.g. unknown HDF5 filters);
         ``chunks`` giving a variable more than ``max_chunks`` chunks.
+    MissingDependencyError
+        A v7.3 (HDF5) file without h5py installed (``pip install 'npystore[mat]'``); sparse
+        variables need scipy, and say so when they are read.
     ValueError
         ``max_depth`` outside 1 to 256.
     """
@@ -251,10 +254,9 @@ def _mat_reader(reader: RangeReader, prefix: bytes, max_depth: int) -> MatReader
     if mat5.is_v73(prefix) or prefix[:8] == b"\x89HDF\r\n\x1a\n":
         try:
             from npystore.mat_v73 import Mat73File  # noqa: PLC0415 - needs h5py
-        except ImportError as exc:  # pragma: no cover - h5py is in the mat extra
-            raise UnsupportedError(
-                f"{reader.url}: MATLAB v7.3 files need h5py: pip install 'npystore[mat]'"
-            ) from exc
+        except ImportError as exc:
+            what = f"{reader.url}: a MATLAB v7.3 (HDF5) file"
+            raise missing_dependency("h5py", "mat", what, exc) from exc
         return Mat73File(reader, max_depth=max_depth, prefix=prefix)
     header = mat5.parse_header(prefix, source=reader.url, file_size=reader.size)
     from npystore.mat_v5 import Mat4File, Mat5File  # noqa: PLC0415

@@ -19,7 +19,7 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from npystore.access import LayoutArray
-from npystore.errors import FormatError
+from npystore.errors import FormatError, require
 
 __all__ = [
     "CellNode",
@@ -234,7 +234,7 @@ def build_csc(
     FormatError
         Column starts that are not non-decreasing from 0, or rows out of range.
     """
-    import scipy.sparse  # noqa: PLC0415 - scipy is needed only for sparse values
+    scipy_sparse = require("scipy.sparse", "scipy", "mat", f"{source}: a sparse variable")
 
     if len(dims) != 2:
         raise FormatError(f"{source}: sparse matrix with dims {dims}, expected 2 dims")
@@ -254,7 +254,7 @@ def build_csc(
     if nnz and (ir.min() < 0 or ir.max() >= m):
         raise FormatError(f"{source}: sparse row index outside 0..{m - 1}")
     index_dtype = np.int32 if max(m, n, nnz) < 2**31 else np.int64
-    return scipy.sparse.csc_matrix(
+    return scipy_sparse.csc_matrix(
         (data, ir.astype(index_dtype), jc.astype(index_dtype)), shape=(m, n)
     )
 

@@ -6,26 +6,192 @@ would (ETag, LastModified, VersionId, the size in ``Content-Range``): :func:`s3_
 Elsewhere the identity is the filesystem's ``info``, asked within the budget on async
 filesystems: :func:`info_within`. :func:`get_object` is the one ranged ``GetObject`` that
 both the opening and botocore-served range reads use.
+
+One retry budget: npystore's requests through botocore are retried by npystore alone (see
+:mod:`npystore.remote`). botocore's retry handler is told not to retry them (a
+``needs-retry`` handler that answers "no" for npystore's own requests, which a context
+variable marks, so the filesystem's other calls keep botocore's retries) and s3fs's retry
+wrapper is not used for them; an unreachable endpoint then fails after npystore's attempts
+(about 2 s) instead of botocore's attempts times npystore's (44 s).
+
+:func:`filesystem` makes the filesystem of a URL and turns fsspec's errors for an unknown
+protocol or a missing implementation into :class:`~npystore.errors.UnsupportedError` and
+:class:`~npystore.errors.MissingDependencyError` naming the protocol and the package.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
+import contextvars
+import errno
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from npystore import remote
-from npystore.errors import ConsistencyError, FetchError
-from npystore.remote import BUDGET_ENV, BUDGET_OPTION, READ_BUDGET, REMOTE_ATTEMPTS
+from npystore.errors import (
+    ConsistencyError,
+    MissingDependencyError,
+    UnsupportedError,
+    missing_dependency,
+)
+from npystore.remote import READ_BUDGET, REMOTE_ATTEMPTS
 
-__all__ = ["CONTENT_RANGE", "error_code", "get_object", "info_within", "s3_open"]
+__all__ = [
+    "CONTENT_RANGE",
+    "call_s3",
+    "error_code",
+    "filesystem",
+    "get_object",
+    "info_within",
+    "named",
+    "s3_open",
+]
 
 #: ``Content-Range: bytes first-last/total`` (total ``*`` when unknown).
 CONTENT_RANGE: Final = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 #: Most bytes taken from a response stream at a time when it is copied into a buffer.
 _STREAM_PIECE: Final = 2**20
+#: Protocols whose implementation comes with an npystore extra: (package, extra).
+_EXTRAS: Final = {
+    "s3": ("s3fs", "s3"),
+    "s3a": ("s3fs", "s3"),
+    "http": ("aiohttp", "http"),
+    "https": ("aiohttp", "http"),
+}
+#: HTTP statuses an ``info`` request is not retried for (the answer will not change).
+_FINAL_STATUSES: Final = frozenset({400, 401, 403, 404, 405, 410})
+
+#: True while npystore sends one of its own requests through botocore (see the module doc).
+_OWN_RETRIES: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "npystore_own_retries", default=False
+)
+_NO_RETRY_ID: Final = "npystore-retries-its-own-requests"
+
+
+# -- the filesystem of a URL ---------------------------------------------------------------
+
+
+def filesystem(url: str, options: Mapping[str, Any]) -> tuple[Any, str]:
+    """``fsspec.core.url_to_fs(url, **options)``, with clear errors for protocols fsspec
+    does not know (:class:`~npystore.errors.UnsupportedError`) or whose package is missing
+    (:class:`~npystore.errors.MissingDependencyError` naming it, and the npystore extra that
+    installs it where there is one). Every protocol of a chained URL is checked."""
+    import fsspec  # noqa: PLC0415 - the fetch layer's own dependency, loaded with it
+
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **options)
+    except (ValueError, ImportError) as exc:
+        problem = _protocol_problem(url)
+        if problem is None:
+            raise
+        raise problem from exc
+    return fs, path
+
+
+def _protocol_problem(url: str) -> UnsupportedError | None:
+    """What is wrong with the protocols of ``url`` (None: nothing)."""
+    import fsspec  # noqa: PLC0415
+    from fsspec.registry import known_implementations  # noqa: PLC0415
+
+    for part in url.split("::"):
+        protocol = fsspec.core.split_protocol(part)[0] or "file"
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except ValueError:
+            return UnsupportedError(
+                f"{url}: no filesystem is known for the protocol {protocol!r} (check the URL; "
+                f"fsspec knows e.g. file, memory, http, https, s3, gcs, az, and the protocols "
+                f"of installed packages that register one)"
+            )
+        except ImportError as exc:
+            return _missing_implementation(url, protocol, exc, known_implementations)
+    return None
+
+
+def _missing_implementation(
+    url: str, protocol: str, exc: ImportError, known: Mapping[str, Mapping[str, str]]
+) -> MissingDependencyError:
+    """The error for a known protocol whose implementation cannot be imported."""
+    what = f"{url}: the {protocol}:// protocol"
+    if protocol in _EXTRAS:
+        package, extra = _EXTRAS[protocol]
+        return missing_dependency(package, extra, what, exc)
+    spec = known.get(protocol, {})
+    root = str(spec.get("class", "")).split(".")[0]
+    if root and root != "fsspec":  # a package of its own (gcsfs, adlfs, ...)
+        return missing_dependency(root, None, what, exc)
+    return MissingDependencyError(
+        f"{what} needs a package that is not installed or cannot be imported "
+        f"({type(exc).__name__}: {exc}); install what it names",
+        None,
+        None,
+    )
+
+
+def named(exc: OSError, name: str) -> OSError:
+    """``exc`` (a missing or forbidden object) as the same type with ``errno``, a message and
+    ``filename`` naming ``name`` (S3 says "The specified key does not exist.", fsspec's http
+    only the URL); ``exc`` itself if it has a file name already (a local path's)."""
+    if exc.filename is not None or not isinstance(exc, (FileNotFoundError, PermissionError)):
+        return exc
+    detail = exc.strerror or str(exc)
+    missing = isinstance(exc, FileNotFoundError)
+    text = "No such file or object" if missing else "Access denied"
+    if detail and detail != name:
+        text += f" ({detail})"
+    if missing:
+        return FileNotFoundError(errno.ENOENT, text, name)
+    return PermissionError(errno.EACCES, text, name)
+
+
+# -- S3 requests -----------------------------------------------------------------------------
+
+
+def _no_botocore_retry(
+    caught_exception: BaseException | None = None, response: Any = None, **_: Any
+) -> bool | None:
+    """``needs-retry.s3.GetObject`` handler: "do not retry" (False, which aiobotocore takes
+    as an answer) for npystore's own requests that botocore would retry (a connection error,
+    429, 5xx); no opinion otherwise (redirects to another region stay botocore's)."""
+    if not _OWN_RETRIES.get():
+        return None
+    if caught_exception is not None:
+        return False
+    status = getattr(response[0], "status_code", None) if isinstance(response, tuple) else None
+    if isinstance(status, int) and (status == 429 or status >= 500):
+        return False
+    return None
+
+
+async def call_s3(fs: Any, method: str, **params: Any) -> dict[str, Any]:
+    """One S3 request of npystore's through the client of ``fs``, as ``fs._call_s3`` makes
+    it (the filesystem's extra request arguments included; errors translated to
+    ``FileNotFoundError``, ``PermissionError``, ``OSError`` as s3fs does) but tried once:
+    npystore's retry loop is the only one (see the module doc)."""
+    from s3fs.errors import translate_boto_error  # noqa: PLC0415 - S3 only
+
+    await fs.set_session()
+    client = await fs.get_s3(params.get("Bucket"))
+    client.meta.events.register_first(
+        f"needs-retry.s3.{_OPERATIONS[method]}", _no_botocore_retry, unique_id=_NO_RETRY_ID
+    )
+    call = getattr(client, method)
+    kwargs = fs._get_s3_method_kwargs(call, **params)
+    token = _OWN_RETRIES.set(True)
+    try:
+        resp: dict[str, Any] = await call(**kwargs)
+    except Exception as exc:
+        translated = translate_boto_error(exc)
+        if translated is exc:
+            raise
+        raise translated from exc
+    finally:
+        _OWN_RETRIES.reset(token)
+    return resp
+
+
+_OPERATIONS: Final = {"get_object": "GetObject", "head_object": "HeadObject"}
 
 
 async def get_object(
@@ -41,9 +207,7 @@ async def get_object(
     """One ranged ``GetObject``: the response and its body (streamed into ``into`` if given,
     see :func:`_stream_into`); the body is always closed. ``check(etag, version_id,
     content_range)`` sees the response before its body is read (and may raise)."""
-    resp: dict[str, Any] = await fs._call_s3(
-        "get_object", Bucket=bucket, Key=key, Range=byte_range, **pin
-    )
+    resp = await call_s3(fs, "get_object", Bucket=bucket, Key=key, Range=byte_range, **pin)
     body = resp["Body"]
     try:
         if check is not None:
@@ -108,29 +272,71 @@ def error_code(exc: BaseException) -> str | None:
 
 
 def info_within(fs: Any, path: str, name: str, budget: float) -> Mapping[str, Any]:
-    """``fs.info(path)``, within ``budget`` seconds on an async filesystem."""
-    if not getattr(fs, "async_impl", False) or math.isinf(budget):
-        info: Mapping[str, Any] = fs.info(path)
+    """``fs.info(path)``; on an async filesystem (http, gcs, ...) retried like a range read:
+    up to :data:`REMOTE_ATTEMPTS` attempts with backoff, all within ``budget`` seconds, then
+    a :class:`~npystore.errors.FetchError` naming ``name`` and the last problem. A missing or
+    forbidden object (``FileNotFoundError``, ``PermissionError``, an HTTP 4xx answer) is
+    raised at once, naming ``name``."""
+    if not getattr(fs, "async_impl", False):
+        try:
+            info: Mapping[str, Any] = fs.info(path)
+        except (FileNotFoundError, PermissionError) as exc:
+            raise named(exc, name) from exc
         return info
     from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
 
-    async def timed() -> Mapping[str, Any]:
-        deadline = remote.limit(budget)
+    result: Mapping[str, Any] = sync(fs.loop, _info_attempts, fs, path, name, budget)
+    return result
+
+
+def _transport_failure(exc: FileNotFoundError, fs: Any) -> BaseException | None:
+    """The connection error behind a ``FileNotFoundError`` of fsspec's HTTPFileSystem, which
+    reports any failure of its ``info`` requests (a refused connection too) as one; None
+    for a real "not found" (a 404 answer) and for other filesystems."""
+    if not any(c.__module__ == "fsspec.implementations.http" for c in type(fs).__mro__):
+        return None
+    cause = exc.__cause__
+    if cause is None or isinstance(cause, FileNotFoundError):
+        return None
+    return None if getattr(cause, "status", None) is not None else cause
+
+
+async def _info_attempts(fs: Any, path: str, name: str, budget: float) -> Mapping[str, Any]:
+    loop = asyncio.get_running_loop()
+    problem: BaseException | str | None = None
+    spent = 0.0
+    made = 0
+    out = False
+    for attempt in range(REMOTE_ATTEMPTS):
+        began = loop.time()
+        made += 1
+        deadline = remote.limit(budget - spent)
         try:
             async with deadline:
                 got: Mapping[str, Any] = await fs._info(path)
-        except TimeoutError as exc:
-            if not deadline.expired():
+        except (FileNotFoundError, PermissionError) as exc:
+            spent += loop.time() - began
+            cause = _transport_failure(exc, fs) if isinstance(exc, FileNotFoundError) else None
+            if cause is None:
+                raise named(exc, name) from exc
+            problem = cause
+        except Exception as exc:  # retried; FetchError after the attempts or the budget
+            spent += loop.time() - began
+            if remote.is_fatal(exc) or getattr(exc, "status", None) in _FINAL_STATUSES:
                 raise
-            raise FetchError(
-                f"{name}: asking for the object's size and identity ran out of its time "
-                f"budget of {budget:g} s (set {BUDGET_OPTION!r} in storage_options or "
-                f"{BUDGET_ENV} to allow more)"
-            ) from exc
-        return got
-
-    result: Mapping[str, Any] = sync(fs.loop, timed)
-    return result
+            problem = remote.cut(loop.time() - began, made) if deadline.expired() else exc
+        else:
+            return got
+        if attempt == REMOTE_ATTEMPTS - 1:
+            break
+        delay = remote.backoff_delay(attempt)
+        if spent + delay >= budget:
+            out = True
+            break
+        await asyncio.sleep(delay)
+        spent += delay
+    out = out or spent >= budget
+    raise remote.failure(name, "the object's size and identity", made, budget, problem, out=out)
 
 
 def s3_open(
@@ -170,8 +376,8 @@ async def _s3_opening(
         try:
             async with deadline:
                 resp, data = await get_object(fs, bucket, key, wanted, pin)
-        except (FileNotFoundError, PermissionError):
-            raise
+        except (FileNotFoundError, PermissionError) as exc:
+            raise named(exc, name) from exc
         except Exception as exc:  # retried like any range read; FetchError after the budget
             spent += loop.time() - began
             if remote.is_fatal(exc):
@@ -186,8 +392,10 @@ async def _s3_opening(
             if code in ("InvalidRange", "416"):  # an empty object: no range is satisfiable
                 empty: Mapping[str, Any] = await fs._info(path)
                 return empty, b""
-            if code in ("AccessDenied", "403", "NoSuchBucket", "NoSuchKey", "404"):
-                raise
+            if code in ("AccessDenied", "403"):
+                raise named(PermissionError(str(exc)), name) from exc
+            if code in ("NoSuchBucket", "NoSuchKey", "404"):
+                raise named(FileNotFoundError(str(exc)), name) from exc
             problem = remote.cut(loop.time() - began, made) if deadline.expired() else exc
         else:
             spent += loop.time() - began

@@ -189,6 +189,11 @@ def to_kerchunk(
     from npystore.faces.zarr_store import ArrayNode, LayoutStore  # noqa: PLC0415
 
     reader = open_reader(url, storage_options)
+    if reader.source is not None:
+        raise UnsupportedError(
+            f"{reader.url}: kerchunk references point into a file by its URL; pass the "
+            f"file's path or URL, not an open file object"
+        )
     nodes = store_nodes(reader, max_header_size=max_header_size, max_members=max_members)
     store = LayoutStore(nodes, url=reader.url)
     target = reader.fs.unstrip_protocol(reader.path)

@@ -37,12 +37,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeAlias, TypeGuard, cast, overload
 
 import numpy as np
-from zarr.core.common import NamedConfig, ZarrFormat
-from zarr.core.dtype import ANY_DTYPE, DataTypeValidationError, Structured, data_type_registry
-from zarr.core.dtype.common import DTypeJSON, DTypeSpec_V2, HasItemSize
-from zarr.core.dtype.wrapper import TBaseDType, TBaseScalar, ZDType
 
-from npystore.errors import UnsupportedError
+from npystore.errors import UnsupportedError, missing_dependency
+
+try:
+    from zarr.core.common import NamedConfig, ZarrFormat
+    from zarr.core.dtype import ANY_DTYPE, DataTypeValidationError, Structured, data_type_registry
+    from zarr.core.dtype.common import DTypeJSON, DTypeSpec_V2, HasItemSize
+    from zarr.core.dtype.wrapper import TBaseDType, TBaseScalar, ZDType
+except ImportError as exc:
+    raise missing_dependency("zarr", "zarr", "npystore's Zarr data types", exc) from exc
 
 __all__ = [
     "ExactStructuredGate",

@@ -29,19 +29,24 @@ from typing import Any, Final
 from urllib.parse import quote
 
 import numpy as np
-from zarr.abc.store import (
-    ByteRequest,
-    OffsetByteRequest,
-    RangeByteRequest,
-    Store,
-    SuffixByteRequest,
-)
-from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
-from zarr.core.group import ConsolidatedMetadata, GroupMetadata
-from zarr.core.metadata.v3 import ArrayV3Metadata
+
+from npystore.errors import UnsupportedError, missing_dependency
+
+try:
+    from zarr.abc.store import (
+        ByteRequest,
+        OffsetByteRequest,
+        RangeByteRequest,
+        Store,
+        SuffixByteRequest,
+    )
+    from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+    from zarr.core.group import ConsolidatedMetadata, GroupMetadata
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+except ImportError as exc:
+    raise missing_dependency("zarr", "zarr", "npystore's Zarr store", exc) from exc
 
 from npystore.access import LayoutArray, read_selection
-from npystore.errors import UnsupportedError
 from npystore.faces.dtypes import zarr_dtype_for
 from npystore.layout import contiguous_chunks
 

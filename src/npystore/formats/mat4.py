@@ -45,7 +45,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from npystore.errors import FormatError, UnsupportedError
+from npystore.errors import FormatError, UnsupportedError, require
 from npystore.formats.mat5 import (
     DataRef,
     Mopt,
@@ -186,8 +186,7 @@ class V4Matrix:
     def _decode(self, buffer: bytes, base: int, as_strings: bool) -> Any:
         if self.is_sparse:
             data, rows, cols, shape = self.decode_parts(buffer, base)
-            from scipy import sparse  # noqa: PLC0415 - optional, only for sparse values
-
+            sparse = require("scipy.sparse", "scipy", "mat", f"{self.source}: a sparse matrix")
             return sparse.coo_matrix((data, (rows, cols)), shape=shape)
         imag = None if self.imag is None else self.imag.view(buffer, base)
         values = self.convert(self.real.view(buffer, base), imag)

@@ -10,7 +10,7 @@ from typing import Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from npystore.errors import FormatError
+from npystore.errors import FormatError, MissingDependencyError
 from npystore.formats.mat5._char import CharArray
 from npystore.formats.mat5._numeric import NumericArray, SparseArray
 from npystore.formats.mat5._tags import DataRef, _Bytes
@@ -220,6 +220,8 @@ class MatVariable:
             return self.value.decode(buffer, base)
         except (FormatError, NeedMoreBytes) as exc:
             raise with_source(exc, self.source) from None
+        except MissingDependencyError as exc:  # scipy, for a sparse value
+            raise MissingDependencyError(f"{self.source}: {exc}", exc.name, exc.extra) from exc
 
     def data_refs(self) -> list[DataRef]:
         """Every range of values in the tree, in file order."""

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from npystore.errors import FormatError
+from npystore.errors import FormatError, require
 from npystore.formats.mat5._tags import _CLASS_CODES, _CLASS_DTYPES, DataRef, _Bytes
 
 
@@ -222,8 +222,7 @@ class SparseArray:
         Logical sparse arrays decode to dtype ``bool``.
         """
         data, indices, indptr, shape = self.decode_parts(buffer, base)
-        from scipy import sparse  # noqa: PLC0415 - optional, only for sparse values
-
+        sparse = require("scipy.sparse", "scipy", "mat", "a sparse MATLAB variable")
         return sparse.csc_matrix((data, indices, indptr), shape=shape)
 
 
