@@ -85,7 +85,7 @@ class _ZarrTypesOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         importlib.import_module("npystore.faces.dtypes")
 
 
-if "zarr" in sys.modules:
+if sys.modules.get("zarr") is not None:
     importlib.import_module("npystore.faces.dtypes")
 else:
     sys.meta_path.insert(0, _ZarrTypesOnImport())
