@@ -43,6 +43,7 @@ from npystore.mattree import (
     NumericLeaf,
     SparseLeaf,
     StructNode,
+    ValueLeaf,
     to_value,
 )
 from npystore.npz import npz_from_reader
@@ -253,8 +254,10 @@ def _tree(node: MatNode, path: str, name: str, depth: int | None) -> dict[str, A
                              "size": list(node.dims)}  # fmt: skip
     if isinstance(node, SparseLeaf):
         entry["sparse"] = True
-    if (isinstance(node, SparseLeaf) and node.is_complex) or (
-        isinstance(node, NumericLeaf) and node.array.dtype.kind == "c"
+    if (
+        (isinstance(node, SparseLeaf) and node.is_complex)
+        or (isinstance(node, NumericLeaf) and node.array.dtype.kind == "c")
+        or (isinstance(node, ValueLeaf) and node.value.dtype.kind == "c")
     ):
         entry["complex"] = True
     children: list[tuple[str, MatNode]] = []

@@ -43,6 +43,7 @@ from npystore.layout import (
     RawExtent,
 )
 from npystore.mattree import (
+    EAGER_BYTES,
     CellNode,
     CharLeaf,
     MatInfo,
@@ -52,6 +53,7 @@ from npystore.mattree import (
     ObjectLeaf,
     SparseLeaf,
     StructNode,
+    ValueLeaf,
 )
 
 __all__ = ["HEADER_TEXT_SIZE", "Mat73File"]
@@ -107,7 +109,9 @@ class Mat73File:
                 raise
             raise FormatError(f"{self.source}: not a readable HDF5 (MAT v7.3) file: {exc}") from exc
         self._max_depth = max_depth
-        self._tree = mat73.Mat73Tree(self._h5, source=self.source, max_depth=max_depth)
+        self._tree = mat73.Mat73Tree(
+            self._h5, source=self.source, max_depth=max_depth, eager_bytes=EAGER_BYTES
+        )
         self._built: dict[mat73.MatNode, MatNode] = {}
         self._closed = False
 
@@ -128,6 +132,16 @@ class Mat73File:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    def names(self) -> list[str]:
+        """The variables' names, in the file's (HDF5 link) order."""
+        self._check_open()
+        return self._tree.names()
+
+    def loaded(self, name: str) -> MatNode | None:
+        """None: a v7.3 variable is always read through its :meth:`node`."""
+        del name
+        return None
 
     def infos(self) -> dict[str, MatInfo]:
         """Every variable as ``whos`` lists it, in the file's (HDF5 link) order, from
@@ -176,6 +190,8 @@ class Mat73File:
 
     def _convert(self, node: mat73.MatNode) -> MatNode:
         if isinstance(node, mat73.NumericArray):
+            if node.value is not None:  # read with its container
+                return ValueLeaf(node.value)
             arr = self._values(node.dataset, node.dtype, node.dims, node.path)
             return NumericLeaf(arr, node.matlab_class, node.dims)
         if isinstance(node, mat73.CharArray):
