@@ -90,7 +90,7 @@ class _Source:
 
     # -- compressed ----------------------------------------------------------------------
 
-    def open_stream(self, head: bytes | None = None) -> None:
+    def open_stream(self, head: bytes | memoryview | None = None) -> None:
         """Learn the zlib stream's sizes and checksum (two small reads, concurrent)."""
         e = self.entry
         if e.data_size < 2 + 4:
@@ -183,7 +183,7 @@ _PAIRS: Final = {o: struct.Struct(f"{o}II") for o in "<>"}
 _CHAR: Final = 4  # the char array class
 
 
-def _inflate_prefix(data: bytes, want: int, where: str) -> bytes:
+def _inflate_prefix(data: bytes | memoryview, want: int, where: str) -> bytes:
     d = zlib.decompressobj(15)
     try:
         return d.decompress(data, max(want, 1))
@@ -398,7 +398,9 @@ class Mat5File:
         extra: dict[int, bytes] = {}
         if not e.compressed:
             whole = e.total_size <= READ_WHOLE
-            element = self._windows.view(e.offset, e.end) if whole else None
+            element: memoryview | bytes | None = (
+                self._windows.view(e.offset, e.end) if whole else None
+            )
             if element is None:
                 element = r.read(e.offset, min(e.end, e.offset + READ_WHOLE))
             for _ in range(MAX_ROUNDS):

@@ -56,6 +56,7 @@ __all__ = [
     "DecodedChars",
     "QuickHeader",
     "decode_children",
+    "decoded_class",
     "quick_chars",
     "quick_header",
     "quick_leaf",
@@ -89,7 +90,9 @@ def _value_dtype(code: int, flags: int) -> np.dtype[Any] | None:
     if flags & _F_LOGICAL:
         return None if flags & _F_COMPLEX else np.dtype(np.bool_)
     if flags & _F_COMPLEX:
-        return {6: np.dtype(np.complex128), 7: np.dtype(np.complex64)}.get(code)
+        if code not in (6, 7):
+            return None
+        return np.dtype(np.complex128 if code == 6 else np.complex64)
     return np.dtype(_CLASS_DTYPES[code])
 
 
@@ -100,6 +103,14 @@ _VALUE_DTYPES: Final = {
     for flags in (0, _F_LOGICAL, _F_COMPLEX)
     if (dtype := _value_dtype(code, flags)) is not None
 }
+
+
+def decoded_class(value: npt.NDArray[Any] | str | DecodedChars) -> str:
+    """The MATLAB class of a value decoded with its container (its dtype tells it: complex
+    integers are never decoded so)."""
+    if isinstance(value, np.ndarray):
+        return _CLASS_OF_DTYPE[value.dtype]
+    return "char"
 
 
 class QuickHeader(NamedTuple):
@@ -158,6 +169,13 @@ class QuickHeader(NamedTuple):
         return CLASS_NAMES.get(code, f"<class {code}>")
 
 
+#: The class of each decoded dtype (complex: double and single only).
+_CLASS_OF_DTYPE: Final = {
+    dtype: "logical" if key & _F_LOGICAL else CLASS_NAMES[key & 0xFF]
+    for key, dtype in sorted(_VALUE_DTYPES.items(), reverse=True)
+}
+
+
 class DecodedChars(NamedTuple):
     """A char array of at most one row, decoded with its container.
 
@@ -173,7 +191,10 @@ class DecodedChars(NamedTuple):
     dims: tuple[int, ...]
     text: str
 
-    matlab_class = "char"
+    @property
+    def matlab_class(self) -> str:
+        """``"char"``."""
+        return "char"
 
     @property
     def units(self) -> npt.NDArray[np.uint32]:
@@ -306,12 +327,12 @@ def quick_numeric(
         arr = np.empty(numel, out)
         arr.real = values
         arr.imag = np.frombuffer(buf, istored, numel, imag[1])
+        arr = arr.reshape(dims, order="F")
     elif stored.kind == "f" and out.kind in "iu":
         with np.errstate(all="ignore"):  # NaN or out of range, as NumericArray.convert
-            arr = values.astype(out)
-    else:
-        arr = values.astype(out)
-    arr = arr.reshape(dims, order="F")
+            arr = values.astype(out).reshape(dims, order="F")
+    else:  # one array object (no base array behind a reshaped view)
+        arr = values.reshape(dims, order="F").astype(out, order="K")
     arr.setflags(write=False)
     return arr
 
@@ -407,8 +428,9 @@ def quick_leaf(
                     with np.errstate(all="ignore"):
                         arr = np.frombuffer(buf, stored, numel, s).astype(out)
                     arr = arr.reshape(d1, d0).T  # column-major (d0, d1)
-                else:
-                    arr = np.frombuffer(buf, stored, numel, s).astype(out).reshape(d1, d0).T
+                else:  # column-major (d0, d1), one array object
+                    values = np.frombuffer(buf, stored, numel, s).reshape(d1, d0)
+                    arr = values.T.astype(out, order="K")
                 arr.setflags(write=False)
                 return arr
     h = quick_header(buf, q, end, order)

@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from npystore.errors import FormatError
-from npystore.formats.mat5._bulk import DecodedChars
+from npystore.formats.mat5._bulk import DecodedChars, decoded_class
 from npystore.formats.mat5._char import CharArray
 from npystore.formats.mat5._numeric import NumericArray, SparseArray
 from npystore.formats.mat5._tags import DataRef, _Bytes
@@ -206,7 +206,10 @@ class MatVariable:
     @property
     def matlab_class(self) -> str:
         """The value's MATLAB class."""
-        return self.value.matlab_class
+        value = self.value
+        if isinstance(value, np.ndarray | str | DecodedChars):  # pragma: no cover - not here
+            return decoded_class(value)
+        return value.matlab_class
 
     def decode(self, buffer: _Bytes, base: int = 0, *, as_strings: bool = True) -> Any:
         """The value decoded: see each node's ``decode``.

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from npystore.errors import FormatError, UnsupportedError
-from npystore.formats.mat5._bulk import decode_children
+from npystore.formats.mat5._bulk import DecodedChars, decode_children
 from npystore.formats.mat5._char import CharArray, char_dims_problem
 from npystore.formats.mat5._meta import MatrixHeader, _read_field_names, _read_header
 from npystore.formats.mat5._nodes import (
@@ -113,6 +113,8 @@ def parse_variable(
     reader.decode_below = max(0, decode_below)
     pos, end = reader.root()
     node = _parse_matrix(reader, pos, end, 0, max_depth, f"{source}: {reader.what(pos)}")
+    if isinstance(node, np.ndarray | str | DecodedChars):  # pragma: no cover
+        raise RuntimeError("only values below the top level are decoded while parsing")
     return MatVariable(node.name, node, pos, end - pos, inflated, node.is_global, source)
 
 
