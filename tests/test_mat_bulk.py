@@ -135,8 +135,8 @@ def plain(value: Any) -> Any:
         if value.dtype == object:
             return ("objects", value.shape, [plain(v) for v in value.reshape(-1, order="F")])
         if value.dtype.names is not None:
-            return ("records", value.shape, value.dtype.names,
-                    [[plain(r[f]) for f in value.dtype.names] for r in value.reshape(-1)])  # fmt: skip
+            rows = [[plain(r[f]) for f in value.dtype.names] for r in value.reshape(-1)]
+            return ("records", value.shape, value.dtype.names, rows)
         with np.errstate(invalid="ignore"):
             return ("array", value.dtype.str, value.shape, value.tobytes(order="F"))
     if isinstance(value, str):
@@ -249,7 +249,7 @@ def test_quick_header_agrees_with_the_listing(seed: int, order: str) -> None:
         name = names[int(rng.integers(0, len(names)))]
         leaf = random_leaf(rng, order, 2)
         # give the element a name: rebuild its header with one
-        mdtype, nbytes = struct.unpack_from(f"{order}II", leaf)
+        _, nbytes = struct.unpack_from(f"{order}II", leaf)
         if nbytes < 48:
             continue
         flags = leaf[8:24]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import struct
 import zlib
+from collections.abc import Collection
 from typing import Any, Final
 
 import numpy as np
@@ -213,10 +214,12 @@ class Mat5File:
         self.header_text = header.text
         self.max_depth = max_depth
         self._windows = _Windows()
-        #: name -> the element and its header
-        self._vars: dict[str, tuple[VariableEntry, mat5.MatrixHeader | mat5.QuickHeader]] = {}
+        #: name -> (offset, total size, compressed, array flags, dims) of its element (a
+        #: file may have hundreds of thousands: one tuple each); flags -1 for headers read
+        #: the generic way, which are in ``_generic``
+        self._vars: dict[str, tuple[int, int, bool, int, tuple[int, ...]]] = {}
+        self._generic: dict[str, mat5.MatrixHeader] = {}
         self._heads: dict[int, bytes] = {}  # first bytes of elements outside the windows
-        self._infos: dict[str, MatInfo] | None = None
         self._scan()
 
     def _scan(self) -> None:
@@ -224,7 +227,8 @@ class Mat5File:
         its tag is in when it is there in the common layout; the other headers afterwards
         (their first bytes in one concurrent batch), parsed the generic way."""
         r, h = self.reader, self.header
-        listed: list[tuple[VariableEntry, mat5.QuickHeader | None]] = []
+        order = h.byte_order
+        slow: list[VariableEntry] = []
         pos: int | None = h.data_start
         size = FIRST_WINDOW
         while pos is not None and pos < r.size:
@@ -234,38 +238,58 @@ class Mat5File:
                 window,
                 pos,
                 r.size,
-                h.byte_order,
+                order,
                 source=r.url,
                 subsys_offset=h.subsys_offset,
             )
-            view, order = memoryview(window), h.byte_order
-            listed += [
-                (e, self._quick_header(e, view, pos))
-                if e.compressed
-                else (e, mat5.quick_header(view, e.offset - pos, e.offset + e.total_size - pos,
-                                           order))
-                for e in found
-                if not e.is_subsystem
-            ]  # fmt: skip
+            view = memoryview(window)
+            for e in found:
+                if e.is_subsystem:
+                    continue
+                if e.compressed:
+                    header = self._quick_header(e, view, pos)
+                else:
+                    header = mat5.quick_header(view, e.offset - pos,
+                                               e.offset + e.total_size - pos, order)  # fmt: skip
+                if header is None:
+                    slow.append(e)
+                else:
+                    self._add(e, header)
             # many small elements: larger windows (fewer requests); a big one: start over
             dense = after is not None and after - (pos + len(window)) < WINDOW
             size = min(2 * size, MAX_WINDOW) if dense and len(found) > 1 else WINDOW
             pos = after
-        slow = [e for e, header in listed if header is None]
+        if not slow:
+            return
         heads = {e.offset: self._head_view(e) for e in slow}
         missing = [e for e in slow if heads[e.offset] is None]
         if missing:
             ranges = [_head_range(e) for e in missing]
             for e, data in zip(missing, r.read_many(ranges), strict=True):
                 heads[e.offset] = self._heads[e.offset] = data
-        variables = self._vars
-        for e, quick in listed:
-            header = quick or self._matrix_header(e, heads[e.offset] or b"")
-            name = header.name
-            if name in variables:
-                raise FormatError(f"{r.url}: variable {name!r} appears twice (offsets "
-                                  f"{variables[name][0].offset} and {e.offset})")  # fmt: skip
-            variables[name] = e, header
+        for e in slow:
+            self._add(e, self._matrix_header(e, heads[e.offset] or b""))
+        self._vars = dict(sorted(self._vars.items(), key=lambda item: item[1][0]))
+
+    def _add(self, e: VariableEntry, header: mat5.MatrixHeader | mat5.QuickHeader) -> None:
+        name = header.name
+        if name in self._vars:
+            offsets = sorted((self._vars[name][0], e.offset))
+            raise FormatError(f"{self.source}: variable {name!r} appears twice (offsets "
+                              f"{offsets[0]} and {offsets[1]})")  # fmt: skip
+        if isinstance(header, mat5.QuickHeader):
+            self._vars[name] = e.offset, e.total_size, e.compressed, header.flags, header.dims
+        else:
+            self._vars[name] = e.offset, e.total_size, e.compressed, -1, header.dims
+            self._generic[name] = header
+
+    def _entry(self, name: str) -> VariableEntry:
+        """The element of a variable; KeyError naming it when there is none."""
+        if name not in self._vars:
+            raise KeyError(f"{self.source}: no variable {name!r}")
+        offset, total, compressed, _, _ = self._vars[name]
+        mdtype = mat5.MI_COMPRESSED if compressed else mat5.MI_MATRIX
+        return VariableEntry(offset, total, compressed, mdtype)
 
     def _head_view(self, e: VariableEntry) -> memoryview | bytes | None:
         """The first bytes of an element (of a compressed one's zlib stream)."""
@@ -330,30 +354,29 @@ class Mat5File:
 
     # -- the backend protocol ----------------------------------------------------------------
 
-    def names(self) -> list[str]:
-        """The variables' names, in file order."""
-        return list(self._vars)
+    def names(self) -> Collection[str]:
+        """The variables' names, in file order: a dict keyed by them (not to be changed),
+        which a :class:`~npystore.matfile.MatFile` uses without a copy."""
+        return self._vars
 
     def infos(self) -> dict[str, MatInfo]:
-        """The variables, in file order, as ``whos`` lists them."""
-        if self._infos is None:
-            infos: dict[str, MatInfo] = {}
-            for name, (_, header) in self._vars.items():
-                cls = header.matlab_class
-                if header.is_sparse:
-                    cls = "logical" if header.is_logical else "double"
-                infos[name] = MatInfo(name, cls, header.dims, header.is_sparse,
-                                      header.is_complex, header.is_global)  # fmt: skip
-            self._infos = infos
-        return dict(self._infos)
+        """The variables, in file order, as ``whos`` lists them (made on each call: the
+        :class:`~npystore.matfile.MatFile` keeps them)."""
+        infos: dict[str, MatInfo] = {}
+        for name, (_, _, _, flags, dims) in self._vars.items():
+            header = self._generic[name] if flags < 0 else mat5.QuickHeader(name, flags, dims, 0)
+            cls = header.matlab_class
+            if header.is_sparse:
+                cls = "logical" if header.is_logical else "double"
+            infos[name] = MatInfo(name, cls, header.dims, header.is_sparse, header.is_complex,
+                                  header.is_global)  # fmt: skip
+        return infos
 
     def node(self, name: str) -> MatNode:
         """The tree of one variable (numeric data not read; small values inside cells and
         structs read with the variable when it is read whole: see
         :data:`~npystore.mattree.EAGER_BYTES`)."""
-        if name not in self._vars:
-            raise KeyError(f"{self.source}: no variable {name!r}")
-        e = self._vars[name][0]
+        e = self._entry(name)
         src = _Source(self.reader, e, name, self.header.byte_order)
         variable = self._parse(src)
         return Builder(src, self.reader).build(variable.value, name)
@@ -362,10 +385,8 @@ class Mat5File:
         """A small numeric or char variable decoded straight from the bytes read at open
         (:class:`~npystore.mattree.ValueLeaf`, :class:`~npystore.mattree.CharLeaf`), or
         None when it is not one (then read its :meth:`node`)."""
-        if name not in self._vars:
-            raise KeyError(f"{self.source}: no variable {name!r}")
-        e, header = self._vars[name]
-        if not isinstance(header, mat5.QuickHeader):
+        e = self._entry(name)
+        if self._vars[name][3] < 0:  # an unusual header: read the tree
             return None
         order = self.header.byte_order
         if e.compressed:
@@ -385,6 +406,9 @@ class Mat5File:
             buf, base = found
             q = e.offset - base  # the header was read from this window: its offsets agree
         stop = q + (len(buf) if e.compressed else e.total_size)
+        header = mat5.quick_header(buf, q, stop, order)  # where the data starts
+        if header is None:  # pragma: no cover - it was read so at open
+            return None
         if header.flags & 0xFF == _CHAR:
             chars = mat5.quick_chars(buf, q, stop, order, header)
             if isinstance(chars, str):
@@ -452,6 +476,10 @@ class _Windows:
         self._starts: list[int] = []
         self._data: list[memoryview] = []
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # memoryviews do not pickle: the bytes they view do
+        return (_windows_of, (self._starts, [bytes(d.obj) for d in self._data]))
+
     def add(self, start: int, data: bytes) -> None:
         """Keep ``data``, the bytes from ``start`` (windows come in increasing order)."""
         self._starts.append(start)
@@ -471,6 +499,14 @@ class _Windows:
             return None
         data, base = found
         return data[start - base : stop - base]
+
+
+def _windows_of(starts: list[int], data: list[bytes]) -> _Windows:
+    """Unpickle :class:`_Windows`."""
+    windows = _Windows()
+    for start, window in zip(starts, data, strict=True):
+        windows.add(start, window)
+    return windows
 
 
 def _head_range(e: VariableEntry) -> tuple[int, int]:

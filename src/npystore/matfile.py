@@ -20,7 +20,7 @@ array([3., 4., 5.])
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from npystore.errors import FormatError, UnsupportedError
@@ -49,7 +49,7 @@ class MatReader(Protocol):
     version: str
     header_text: str
 
-    def names(self) -> list[str]: ...
+    def names(self) -> Collection[str]: ...
 
     def infos(self) -> dict[str, MatInfo]: ...
 
@@ -97,7 +97,8 @@ class MatFile(Mapping[str, Any]):
         self._chunks = chunks
         self._squeeze = squeeze
         self._max_chunks = max_chunks
-        self._names = dict.fromkeys(reader.names())
+        names = reader.names()  # a v5 file's is a dict keyed by them already: not copied
+        self._names: Mapping[str, Any] = names if isinstance(names, dict) else dict.fromkeys(names)
         self._infos: dict[str, MatInfo] | None = None  # made when first asked for
         self._nodes: dict[str, MatNode] = {}
         self.url = reader.source
