@@ -214,10 +214,11 @@ class Mat5File:
         self.header_text = header.text
         self.max_depth = max_depth
         self._windows = _Windows()
-        #: name -> (offset, total size, compressed, array flags, dims) of its element (a
-        #: file may have hundreds of thousands: one tuple each); flags -1 for headers read
-        #: the generic way, which are in ``_generic``
-        self._vars: dict[str, tuple[int, int, bool, int, tuple[int, ...]]] = {}
+        #: name -> (offset, total size, compressed, array flags, dims, header size) of its
+        #: element (a file may have hundreds of thousands: one tuple each; the header size
+        #: is where the data subelement starts); flags -1 for headers read the generic
+        #: way, which are in ``_generic``
+        self._vars: dict[str, tuple[int, int, bool, int, tuple[int, ...], int]] = {}
         self._generic: dict[str, mat5.MatrixHeader] = {}
         self._heads: dict[int, bytes] = {}  # first bytes of elements outside the windows
         self._scan()
@@ -248,13 +249,14 @@ class Mat5File:
                     continue
                 if e.compressed:
                     header = self._quick_header(e, view, pos)
+                    start = 0  # offsets in the inflated element
                 else:
-                    header = mat5.quick_header(view, e.offset - pos,
-                                               e.offset + e.total_size - pos, order)  # fmt: skip
+                    start = e.offset - pos
+                    header = mat5.quick_header(view, start, start + e.total_size, order)
                 if header is None:
                     slow.append(e)
                 else:
-                    self._add(e, header)
+                    self._add(e, header, header.next - start)
             # many small elements: larger windows (fewer requests); a big one: start over
             dense = after is not None and after - (pos + len(window)) < WINDOW
             size = min(2 * size, MAX_WINDOW) if dense and len(found) > 1 else WINDOW
@@ -271,23 +273,27 @@ class Mat5File:
             self._add(e, self._matrix_header(e, heads[e.offset] or b""))
         self._vars = dict(sorted(self._vars.items(), key=lambda item: item[1][0]))
 
-    def _add(self, e: VariableEntry, header: mat5.MatrixHeader | mat5.QuickHeader) -> None:
+    def _add(
+        self, e: VariableEntry, header: mat5.MatrixHeader | mat5.QuickHeader, size: int = 0
+    ) -> None:
+        """List a variable; ``size``: bytes of its quick header (its data's offset)."""
         name = header.name
         if name in self._vars:
             offsets = sorted((self._vars[name][0], e.offset))
             raise FormatError(f"{self.source}: variable {name!r} appears twice (offsets "
                               f"{offsets[0]} and {offsets[1]})")  # fmt: skip
         if isinstance(header, mat5.QuickHeader):
-            self._vars[name] = e.offset, e.total_size, e.compressed, header.flags, header.dims
+            flags = header.flags
         else:
-            self._vars[name] = e.offset, e.total_size, e.compressed, -1, header.dims
+            flags = -1
             self._generic[name] = header
+        self._vars[name] = e.offset, e.total_size, e.compressed, flags, header.dims, size
 
     def _entry(self, name: str) -> VariableEntry:
         """The element of a variable; KeyError naming it when there is none."""
         if name not in self._vars:
             raise KeyError(f"{self.source}: no variable {name!r}")
-        offset, total, compressed, _, _ = self._vars[name]
+        offset, total, compressed = self._vars[name][:3]
         mdtype = mat5.MI_COMPRESSED if compressed else mat5.MI_MATRIX
         return VariableEntry(offset, total, compressed, mdtype)
 
@@ -363,13 +369,20 @@ class Mat5File:
         """The variables, in file order, as ``whos`` lists them (made on each call: the
         :class:`~npystore.matfile.MatFile` keeps them)."""
         infos: dict[str, MatInfo] = {}
-        for name, (_, _, _, flags, dims) in self._vars.items():
-            header = self._generic[name] if flags < 0 else mat5.QuickHeader(name, flags, dims, 0)
-            cls = header.matlab_class
-            if header.is_sparse:
-                cls = "logical" if header.is_logical else "double"
-            infos[name] = MatInfo(name, cls, header.dims, header.is_sparse, header.is_complex,
-                                  header.is_global)  # fmt: skip
+        kinds: dict[int, tuple[str, bool, bool, bool]] = {}  # by flags: few distinct
+        for name, (_, _, _, flags, dims, _) in self._vars.items():
+            kind = kinds.get(flags)
+            if kind is None:
+                header = (
+                    self._generic[name] if flags < 0 else mat5.QuickHeader(name, flags, dims, 0)
+                )
+                cls = header.matlab_class
+                if header.is_sparse:
+                    cls = "logical" if header.is_logical else "double"
+                kind = cls, header.is_sparse, header.is_complex, header.is_global
+                if flags >= 0:
+                    kinds[flags] = kind
+            infos[name] = MatInfo(name, kind[0], dims, *kind[1:])
         return infos
 
     def node(self, name: str) -> MatNode:
@@ -385,12 +398,14 @@ class Mat5File:
         """A small numeric or char variable decoded straight from the bytes read at open
         (:class:`~npystore.mattree.ValueLeaf`, :class:`~npystore.mattree.CharLeaf`), or
         None when it is not one (then read its :meth:`node`)."""
-        e = self._entry(name)
-        if self._vars[name][3] < 0:  # an unusual header: read the tree
+        if name not in self._vars:
+            raise KeyError(f"{self.source}: no variable {name!r}")
+        offset, total, compressed, flags, dims, head = self._vars[name]
+        if flags < 0:  # an unusual header: read the tree
             return None
         order = self.header.byte_order
-        if e.compressed:
-            stream = self._windows.view(e.offset + 8, e.offset + e.total_size)
+        if compressed:
+            stream = self._windows.view(offset + 8, offset + total)
             inflated = None if stream is None else _inflate_small(stream)
             if inflated is None or len(inflated) < 8:
                 return None
@@ -400,16 +415,14 @@ class Mat5File:
             buf: memoryview | bytes = inflated
             q = 0
         else:
-            found = self._windows.find(e.offset, e.offset + e.total_size)
+            found = self._windows.find(offset, offset + total)
             if found is None:
                 return None
             buf, base = found
-            q = e.offset - base  # the header was read from this window: its offsets agree
-        stop = q + (len(buf) if e.compressed else e.total_size)
-        header = mat5.quick_header(buf, q, stop, order)  # where the data starts
-        if header is None:  # pragma: no cover - it was read so at open
-            return None
-        if header.flags & 0xFF == _CHAR:
+            q = offset - base  # the header was read from this window: its offsets agree
+        stop = q + (len(buf) if compressed else total)
+        header = mat5.QuickHeader(name, flags, dims, q + head)  # as read at open
+        if flags & 0xFF == _CHAR:
             chars = mat5.quick_chars(buf, q, stop, order, header)
             if isinstance(chars, str):
                 return row_leaf(chars)

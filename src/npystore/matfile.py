@@ -27,7 +27,7 @@ from npystore.errors import FormatError, UnsupportedError
 from npystore.faces.dask import DEFAULT_MAX_CHUNKS, ChunksSpec, to_dask
 from npystore.fetch import RangeReader, open_reader
 from npystore.formats import mat5
-from npystore.mattree import MatInfo, MatNode, NumericLeaf, to_value
+from npystore.mattree import MatInfo, MatNode, NumericLeaf, ValueLeaf, to_value
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -171,6 +171,8 @@ class MatFile(Mapping[str, Any]):
             if name not in self._names:
                 raise KeyError(f"{self.url}: no variable {name!r}")
             node = self._reader.loaded(name)
+            if isinstance(node, ValueLeaf):
+                return self._array(node.value)
             if node is None:
                 node = self.node(name)
         return to_value(

@@ -285,7 +285,8 @@ def _data(buf: _Bytes, p: int, end: int, order: str) -> tuple[int, int, int, int
         return w & 0xFFFF, p + 4, w >> 16, p + 8
     if n > end - p - 8:
         return None
-    return w, p + 8, n, min(p + 8 + n + (-n & 7), end)
+    nxt = p + 8 + n + (-n & 7)
+    return w, p + 8, n, nxt if nxt < end else end
 
 
 def quick_numeric(
