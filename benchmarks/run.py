@@ -10,7 +10,9 @@ rows run each side in a fresh subprocess (``_rss_probe.py``), alternating the sa
 
 ``--only NAME[,NAME]`` reruns some scenarios: ``npy-load``, ``npy-dask`` (local ``.npy``),
 ``npz-load``, ``npz-slice``, ``npz-rss`` (a ``savez_compressed``-style deflated member),
-``mat73-load``, ``mat73-s3`` (a MATLAB v7.3 variable, local and on loopback S3 + 30 ms).
+``mat73-load``, ``mat73-s3`` (a MATLAB v7.3 variable, local and on loopback S3 + 30 ms),
+``mat-small-cell``, ``mat-small-struct``, ``mat-small-v73``, ``mat-many-vars`` (MAT-files of
+many small elements or variables: ``mat_small.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import npystore
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the helper modules next to this script
 
+import mat_small  # noqa: E402
 import remote  # noqa: E402
 import startup  # noqa: E402
 from _common import (  # noqa: E402
@@ -489,6 +492,7 @@ SCENARIOS: dict[str, tuple[Callable[[Path, int, int], Row | list[Row]], int, int
     "s3-npz-open": (remote.bench_s3_npz_open, 0, 0),
     "import": (startup.bench_import, 0, 0),
     "info": (startup.bench_info, 0, 0),
+    **mat_small.SCENARIOS,
 }
 
 

@@ -223,5 +223,5 @@ def test_libhdf5_errors_become_format_errors(tmp_path: Path) -> None:
     path = h.save(tmp_path / "bad.mat")
     with pytest.raises(FormatError, match=r"bad\.mat: listing the variables: HDF5 reports .*"
                        r"datatype message") as info:  # fmt: skip
-        npystore.open_mat(str(path))
+        _ = npystore.open_mat(str(path)).variables  # the listing reads every header
     assert isinstance(info.value.__cause__, KeyError)  # what h5py raised

@@ -230,12 +230,15 @@ def nested_cell(depth: int, leaf: Any) -> Any:
 
 
 def unwrap(value: Any) -> tuple[int, Any]:
-    """Follow a chain of one-field structs / 1x1 cells to its numeric leaf."""
+    """Follow a chain of one-field structs / 1x1 cells to its numeric leaf (a dask array,
+    or a numpy one: small values are read with their container)."""
     depth = 0
-    while not hasattr(value, "compute"):
+    while not hasattr(value, "compute") and not (
+        isinstance(value, np.ndarray) and value.dtype != object
+    ):
         value = value["a"] if isinstance(value, npystore.MatStruct) else value.flat[0]
         depth += 1
-    return depth, value.compute()
+    return depth, np.asarray(value)
 
 
 @pytest.mark.parametrize("compress", [False, True], ids=["v5", "v5-compressed"])

@@ -33,6 +33,7 @@ from npystore.mattree import (
     ObjectLeaf,
     SparseLeaf,
     StructNode,
+    ValueLeaf,
     to_value,
 )
 
@@ -62,6 +63,15 @@ def value(node: MatNode) -> Any:
     return to_value(node, numeric=lambda leaf: leaf.array.read())
 
 
+def read_leaf(node: MatNode) -> np.ndarray:
+    """The values of a numeric leaf: lazy (read now) or read with its container."""
+    if isinstance(node, ValueLeaf):
+        assert not node.value.flags.writeable
+        return node.value
+    assert isinstance(node, NumericLeaf), node
+    return node.array.read()
+
+
 def load_mat73(path: Path) -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -88,12 +98,12 @@ def m73_grid(items: list[Any], dims: tuple[int, ...]) -> Any:
 def agree(node: MatNode, theirs: Any, path: str, known: list[tuple[str, str]]) -> None:
     """Check a node against mat73's value; log the documented mat73 shortcomings."""
     if theirs is None:
-        if isinstance(node, NumericLeaf) and node.array.size == 0:
+        if isinstance(node, NumericLeaf | ValueLeaf) and read_leaf(node).size == 0:
             return known.append((path, "empty as None"))
         assert isinstance(node, ObjectLeaf), f"{path}: mat73 None, we have {node}"
         return known.append((path, "object as None"))
-    if isinstance(node, NumericLeaf):
-        ours = node.array.read()
+    if isinstance(node, NumericLeaf | ValueLeaf):
+        ours = read_leaf(node)
         assert ours.shape == node.dims
         if isinstance(theirs, bool):
             assert ours.dtype == np.bool_
@@ -224,8 +234,9 @@ def test_empty_arrays_keep_their_dims_mat73_gives_none() -> None:
         node = m.node("empty_cells")
         assert isinstance(node, CellNode)
         empty = node.cells[0]
-        assert isinstance(empty, NumericLeaf)  # MATLAB's "canonical empty": []
+        assert isinstance(empty, ValueLeaf)  # MATLAB's "canonical empty": [], read with the cell
         assert (empty.matlab_class, empty.dims) == ("double", (0, 0))
+        assert empty.value.dtype == np.float64
 
 
 @needs_corpus
@@ -378,8 +389,8 @@ def test_v5_and_v73_of_the_same_data_agree(stem: str) -> None:
 
 def canon(node: MatNode) -> Any:
     """A comparable form of a tree (numbers as lists, placeholders by class)."""
-    if isinstance(node, NumericLeaf):
-        arr = node.array.read()
+    if isinstance(node, NumericLeaf | ValueLeaf):
+        arr = read_leaf(node)
         return ("num", node.matlab_class, arr.shape, arr.tolist())
     if isinstance(node, CharLeaf):
         v = node.value
@@ -508,8 +519,7 @@ def expect(node: MatNode, want: Any, path: str) -> None:
         assert isinstance(node, CharLeaf), path
         assert node.value.tolist() == ["".join(row) for row in want], path
         return
-    assert isinstance(node, NumericLeaf), path
-    got = node.array.read()
+    got = read_leaf(node)
     assert node.dims == dims == got.shape, path
     assert got.dtype == want.dtype, path
     np.testing.assert_array_equal(got, np.atleast_2d(want), err_msg=path)
@@ -647,8 +657,8 @@ def test_deep_chain_stops_at_max_depth(tmp_path: Path) -> None:
         for _ in range(11):
             assert isinstance(node, CellNode)
             node = node.cells[0]
-        assert isinstance(node, NumericLeaf)
-        assert node.array.read().tolist() == [[1.0]]
+        assert isinstance(node, ValueLeaf)  # small: read with its cell
+        assert node.value.tolist() == [[1.0]]
     with open73(path, max_depth=256) as m, pytest.raises(FormatError, match="max_depth=256"):
         m.node("deep")
     assert time.perf_counter() - t0 < 5
@@ -678,11 +688,13 @@ def test_missing_field_and_malformed_values(tmp_path: Path) -> None:
         mixed.create_dataset("x", shape=(2, 1), dtype=h5py.ref_dtype)
         y = mixed.create_dataset("y", data=np.ones((1, 1)))
         y.attrs["MATLAB_class"] = np.bytes_("double")
+        big = s.create_dataset("big", data=np.arange(10_000.0).reshape(100, 100))
+        big.attrs["MATLAB_class"] = np.bytes_("double")
     stamp(path)
     with open73(path) as m:
         node = m.node("s")
         assert isinstance(node, StructNode)
-        assert node.fields == ("a", "b")
+        assert node.fields == ("a", "b", "big")  # "big" is not in MATLAB_fields
         missing = node.elements[0]["b"]
         assert isinstance(missing, ObjectLeaf)
         assert "missing field" in missing.obj.reason
@@ -705,9 +717,14 @@ def test_missing_field_and_malformed_values(tmp_path: Path) -> None:
             m.node("#refs#")
         with pytest.raises(KeyError, match="'s/a'"):  # not a path into the file
             m.node("s/a")
-        leaf = node.elements[0]["a"]
+        small = node.elements[0]["a"]
+        assert isinstance(small, ValueLeaf)  # read with its struct
+        assert small.value.tolist() == [[1.0]]
+        leaf = node.elements[0]["big"]  # 80 KB: more than EAGER_BYTES, lazy
         assert isinstance(leaf, NumericLeaf)
-    assert leaf.array.read().tolist() == [[1.0]]  # leaves read after close
+    np.testing.assert_array_equal(  # leaves read after close
+        leaf.array.read(), np.arange(10_000.0).reshape(100, 100).T
+    )
     with pytest.raises(ValueError, match="closed"):
         m.node("s")
 

@@ -248,14 +248,22 @@ def _npz_info(url: str, reader: RangeReader) -> dict[str, Any]:
 
 
 def _tree(node: MatNode, path: str, name: str, depth: int | None) -> dict[str, Any]:
-    from npystore.mattree import CellNode, NumericLeaf, SparseLeaf, StructNode  # noqa: PLC0415
+    from npystore.mattree import (  # noqa: PLC0415 - see the imports
+        CellNode,
+        NumericLeaf,
+        SparseLeaf,
+        StructNode,
+        ValueLeaf,
+    )
 
     entry: dict[str, Any] = {"name": name, "path": path, "class": node.matlab_class,
                              "size": list(node.dims)}  # fmt: skip
     if isinstance(node, SparseLeaf):
         entry["sparse"] = True
-    if (isinstance(node, SparseLeaf) and node.is_complex) or (
-        isinstance(node, NumericLeaf) and node.array.dtype.kind == "c"
+    if (
+        (isinstance(node, SparseLeaf) and node.is_complex)
+        or (isinstance(node, NumericLeaf) and node.array.dtype.kind == "c")
+        or (isinstance(node, ValueLeaf) and node.value.dtype.kind == "c")
     ):
         entry["complex"] = True
     children: list[tuple[str, MatNode]] = []

@@ -19,8 +19,10 @@ Reading a Level-5 file (the parsers are :mod:`npystore.formats.mat5` and ``mat4`
 
 from __future__ import annotations
 
+import bisect
 import struct
 import zlib
+from collections.abc import Collection
 from typing import Any, Final
 
 import numpy as np
@@ -41,24 +43,28 @@ from npystore.layout import (
     RawExtent,
     Storage,
 )
+from npystore.mat_v5_build import Builder, char_value
 from npystore.mattree import (
-    CellNode,
+    EAGER_BYTES,
     CharLeaf,
     MatInfo,
-    MatlabObject,
     MatNode,
     NumericLeaf,
-    ObjectLeaf,
     SparseLeaf,
-    StructNode,
+    ValueLeaf,
+    row_leaf,
 )
 
 __all__ = ["INFLATE_WHOLE", "Mat4File", "Mat5File", "mat5_pair"]
 
 #: First window of tags read after the header.
 FIRST_WINDOW: Final = 256 * 2**10
-#: Later windows of tags.
+#: Later windows of tags: this size after a large element, doubling up to MAX_WINDOW
+#: while the elements are small.
 WINDOW: Final = 64 * 2**10
+MAX_WINDOW: Final = 4 * 2**20
+#: Inflated bytes of a compressed variable enough for its header in the common layout.
+QUICK_HEADER_BYTES: Final = 512
 #: Bytes of an element (or of a zlib stream) read for its listing.
 HEAD_BYTES: Final = 4096
 #: Uncompressed elements up to this size are read whole to parse their tree.
@@ -85,7 +91,7 @@ class _Source:
 
     # -- compressed ----------------------------------------------------------------------
 
-    def open_stream(self, head: bytes | None = None) -> None:
+    def open_stream(self, head: bytes | memoryview | None = None) -> None:
         """Learn the zlib stream's sizes and checksum (two small reads, concurrent)."""
         e = self.entry
         if e.data_size < 2 + 4:
@@ -171,10 +177,14 @@ class _Source:
 
 def mat5_pair(order: str) -> struct.Struct:
     """The ``struct.Struct`` of two uint32 in the file's byte order."""
-    return struct.Struct(f"{order}II")
+    return _PAIRS[order]
 
 
-def _inflate_prefix(data: bytes, want: int, where: str) -> bytes:
+_PAIRS: Final = {o: struct.Struct(f"{o}II") for o in "<>"}
+_CHAR: Final = 4  # the char array class
+
+
+def _inflate_prefix(data: bytes | memoryview, want: int, where: str) -> bytes:
     d = zlib.decompressobj(15)
     try:
         return d.decompress(data, max(want, 1))
@@ -203,68 +213,121 @@ class Mat5File:
         self.source = reader.url
         self.header_text = header.text
         self.max_depth = max_depth
-        self._windows: dict[int, bytes] = {}
-        self._entries: dict[str, VariableEntry] = {}
-        self._infos: dict[str, MatInfo] = {}
-        self._heads: dict[str, bytes] = {}
+        self._windows = _Windows()
+        #: name -> (offset, total size, compressed, array flags, dims, header size) of its
+        #: element (a file may have hundreds of thousands: one tuple each; the header size
+        #: is where the data subelement starts); flags -1 for headers read the generic
+        #: way, which are in ``_generic``
+        self._vars: dict[str, tuple[int, int, bool, int, tuple[int, ...], int]] = {}
+        self._generic: dict[str, mat5.MatrixHeader] = {}
+        self._heads: dict[int, bytes] = {}  # first bytes of elements outside the windows
         self._scan()
 
     def _scan(self) -> None:
+        """One pass over the top-level tags, reading each variable's header from the window
+        its tag is in when it is there in the common layout; the other headers afterwards
+        (their first bytes in one concurrent batch), parsed the generic way."""
         r, h = self.reader, self.header
-        entries: list[VariableEntry] = []
+        order = h.byte_order
+        slow: list[VariableEntry] = []
         pos: int | None = h.data_start
         size = FIRST_WINDOW
         while pos is not None and pos < r.size:
             window = r.read(pos, min(r.size, pos + size))
-            self._windows[pos] = window
-            found, pos = mat5.scan_elements(
+            self._windows.add(pos, window)
+            found, after = mat5.scan_elements(
                 window,
                 pos,
                 r.size,
-                h.byte_order,
+                order,
                 source=r.url,
                 subsys_offset=h.subsys_offset,
             )
-            entries.extend(found)
-            size = WINDOW
-        users = [e for e in entries if not e.is_subsystem]
-        # the first bytes of every element: from a window, else one concurrent batch
-        heads: dict[int, bytes] = {}
-        missing: list[tuple[int, int]] = []
-        for e in users:
-            start = e.data_offset if e.compressed else e.offset
-            stop = min(e.end, start + HEAD_BYTES)
-            got = self._from_windows(start, stop)
-            if got is None:
-                missing.append((start, stop))
-            else:
-                heads[e.offset] = got
-        for (start, _), data in zip(missing, r.read_many(missing), strict=True):
-            owner = next(e for e in users if start in (e.offset, e.data_offset))
-            heads[owner.offset] = data
-        for e in users:
-            header = self._matrix_header(e, heads[e.offset])
-            name = header.name
-            if name in self._entries:
-                raise FormatError(f"{r.url}: variable {name!r} appears twice (offsets "
-                                  f"{self._entries[name].offset} and {e.offset})")  # fmt: skip
-            self._entries[name] = e
-            self._heads[name] = heads[e.offset]
-            sparse = header.is_sparse
-            cls = header.matlab_class
-            if sparse:
-                cls = "logical" if header.is_logical else "double"
-            self._infos[name] = MatInfo(
-                name, cls, header.dims, sparse, header.is_complex, header.is_global
-            )
+            view = memoryview(window)
+            for e in found:
+                if e.is_subsystem:
+                    continue
+                if e.compressed:
+                    header = self._quick_header(e, view, pos)
+                    start = 0  # offsets in the inflated element
+                else:
+                    start = e.offset - pos
+                    header = mat5.quick_header(view, start, start + e.total_size, order)
+                if header is None:
+                    slow.append(e)
+                else:
+                    self._add(e, header, header.next - start)
+            # many small elements: larger windows (fewer requests); a big one: start over
+            dense = after is not None and after - (pos + len(window)) < WINDOW
+            size = min(2 * size, MAX_WINDOW) if dense and len(found) > 1 else WINDOW
+            pos = after
+        if not slow:
+            return
+        heads = {e.offset: self._head_view(e) for e in slow}
+        missing = [e for e in slow if heads[e.offset] is None]
+        if missing:
+            ranges = [_head_range(e) for e in missing]
+            for e, data in zip(missing, r.read_many(ranges), strict=True):
+                heads[e.offset] = self._heads[e.offset] = data
+        for e in slow:
+            self._add(e, self._matrix_header(e, heads[e.offset] or b""))
+        self._vars = dict(sorted(self._vars.items(), key=lambda item: item[1][0]))
 
-    def _from_windows(self, start: int, stop: int) -> bytes | None:
-        for base, data in self._windows.items():
-            if base <= start and stop <= base + len(data):
-                return data[start - base : stop - base]
-        return None
+    def _add(
+        self, e: VariableEntry, header: mat5.MatrixHeader | mat5.QuickHeader, size: int = 0
+    ) -> None:
+        """List a variable; ``size``: bytes of its quick header (its data's offset)."""
+        name = header.name
+        if name in self._vars:
+            offsets = sorted((self._vars[name][0], e.offset))
+            raise FormatError(f"{self.source}: variable {name!r} appears twice (offsets "
+                              f"{offsets[0]} and {offsets[1]})")  # fmt: skip
+        if isinstance(header, mat5.QuickHeader):
+            flags = header.flags
+        else:
+            flags = -1
+            self._generic[name] = header
+        self._vars[name] = e.offset, e.total_size, e.compressed, flags, header.dims, size
 
-    def _matrix_header(self, e: VariableEntry, head: bytes) -> mat5.MatrixHeader:
+    def _entry(self, name: str) -> VariableEntry:
+        """The element of a variable; KeyError naming it when there is none."""
+        if name not in self._vars:
+            raise KeyError(f"{self.source}: no variable {name!r}")
+        offset, total, compressed = self._vars[name][:3]
+        mdtype = mat5.MI_COMPRESSED if compressed else mat5.MI_MATRIX
+        return VariableEntry(offset, total, compressed, mdtype)
+
+    def _head_view(self, e: VariableEntry) -> memoryview | bytes | None:
+        """The first bytes of an element (of a compressed one's zlib stream)."""
+        got = self._windows.view(*_head_range(e))
+        return got if got is not None else self._heads.get(e.offset)
+
+    def _quick_header(
+        self, e: VariableEntry, window: memoryview, base: int
+    ) -> mat5.QuickHeader | None:
+        """The header by the fast path (:func:`~npystore.formats.mat5.quick_header`) from
+        the window holding the element's tag (``window[0]`` at offset ``base``), or None to
+        parse it the generic way."""
+        order = self.header.byte_order
+        if not e.compressed:
+            return mat5.quick_header(window, e.offset - base, e.offset + e.total_size - base,
+                                     order)  # fmt: skip
+        start = e.offset + 8 - base
+        if start >= len(window):
+            return None
+        stream = window[start : min(len(window), start + e.total_size - 8)]
+        try:
+            inflated = zlib.decompressobj(15).decompress(stream, QUICK_HEADER_BYTES)
+        except zlib.error:
+            return None  # the generic path reports it
+        if len(inflated) < 8:
+            return None
+        mdtype, nbytes = mat5_pair(order).unpack_from(inflated, 0)
+        if mdtype != mat5.MI_MATRIX:
+            return None
+        return mat5.quick_header(inflated, 0, 8 + nbytes, order)
+
+    def _matrix_header(self, e: VariableEntry, head: memoryview | bytes) -> mat5.MatrixHeader:
         r, order = self.reader, self.header.byte_order
         if not e.compressed:
             extra: dict[int, bytes] = {}
@@ -297,35 +360,97 @@ class Mat5File:
 
     # -- the backend protocol ----------------------------------------------------------------
 
+    def names(self) -> Collection[str]:
+        """The variables' names, in file order: a dict keyed by them (not to be changed),
+        which a :class:`~npystore.matfile.MatFile` uses without a copy."""
+        return self._vars
+
     def infos(self) -> dict[str, MatInfo]:
-        """The variables, in file order, as ``whos`` lists them."""
-        return dict(self._infos)
+        """The variables, in file order, as ``whos`` lists them (made on each call: the
+        :class:`~npystore.matfile.MatFile` keeps them)."""
+        infos: dict[str, MatInfo] = {}
+        kinds: dict[int, tuple[str, bool, bool, bool]] = {}  # by flags: few distinct
+        for name, (_, _, _, flags, dims, _) in self._vars.items():
+            kind = kinds.get(flags)
+            if kind is None:
+                header = (
+                    self._generic[name] if flags < 0 else mat5.QuickHeader(name, flags, dims, 0)
+                )
+                cls = header.matlab_class
+                if header.is_sparse:
+                    cls = "logical" if header.is_logical else "double"
+                kind = cls, header.is_sparse, header.is_complex, header.is_global
+                if flags >= 0:
+                    kinds[flags] = kind
+            infos[name] = MatInfo(name, kind[0], dims, *kind[1:])
+        return infos
 
     def node(self, name: str) -> MatNode:
-        """The tree of one variable (numeric data not read)."""
-        e = self._entries.get(name)
-        if e is None:
-            raise KeyError(f"{self.source}: no variable {name!r}")
+        """The tree of one variable (numeric data not read; small values inside cells and
+        structs read with the variable when it is read whole: see
+        :data:`~npystore.mattree.EAGER_BYTES`)."""
+        e = self._entry(name)
         src = _Source(self.reader, e, name, self.header.byte_order)
         variable = self._parse(src)
-        return _Builder(src, self.reader).build(variable.value, name)
+        return Builder(src, self.reader).build(variable.value, name)
+
+    def loaded(self, name: str) -> MatNode | None:
+        """A small numeric or char variable decoded straight from the bytes read at open
+        (:class:`~npystore.mattree.ValueLeaf`, :class:`~npystore.mattree.CharLeaf`), or
+        None when it is not one (then read its :meth:`node`)."""
+        if name not in self._vars:
+            raise KeyError(f"{self.source}: no variable {name!r}")
+        offset, total, compressed, flags, dims, head = self._vars[name]
+        if flags < 0:  # an unusual header: read the tree
+            return None
+        order = self.header.byte_order
+        if compressed:
+            stream = self._windows.view(offset + 8, offset + total)
+            inflated = None if stream is None else _inflate_small(stream)
+            if inflated is None or len(inflated) < 8:
+                return None
+            mdtype, nbytes = _PAIRS[order].unpack_from(inflated, 0)
+            if mdtype != mat5.MI_MATRIX or 8 + nbytes != len(inflated):
+                return None
+            buf: memoryview | bytes = inflated
+            q = 0
+        else:
+            found = self._windows.find(offset, offset + total)
+            if found is None:
+                return None
+            buf, base = found
+            q = offset - base  # the header was read from this window: its offsets agree
+        stop = q + (len(buf) if compressed else total)
+        header = mat5.QuickHeader(name, flags, dims, q + head)  # as read at open
+        if flags & 0xFF == _CHAR:
+            chars = mat5.quick_chars(buf, q, stop, order, header)
+            if isinstance(chars, str):
+                return row_leaf(chars)
+            return None if chars is None else Builder.chars(chars)
+        value = mat5.quick_numeric(buf, q, stop, order, stop - q << 3, header)
+        return None if value is None else ValueLeaf(value)
 
     def _parse(self, src: _Source) -> mat5.MatVariable:
         e, order, r = src.entry, self.header.byte_order, self.reader
         extra: dict[int, bytes] = {}
         if not e.compressed:
-            element = r.read(e.offset, min(e.end, e.offset + READ_WHOLE))
+            whole = e.total_size <= READ_WHOLE
+            element: memoryview | bytes | None = (
+                self._windows.view(e.offset, e.end) if whole else None
+            )
+            if element is None:
+                element = r.read(e.offset, min(e.end, e.offset + READ_WHOLE))
             for _ in range(MAX_ROUNDS):
                 try:
                     return mat5.parse_variable(
                         element, e.offset, order, source=r.url, max_depth=self.max_depth,
-                        extra=extra,
+                        extra=extra, decode_below=EAGER_BYTES if whole else 0,
                     )  # fmt: skip
                 except NeedMoreBytes as more:
                     stop = min(e.end, more.offset + max(more.needed, WINDOW))
                     extra[more.offset] = r.read(more.offset, stop)
             raise FormatError(f"{src.where}: too many metadata pieces")
-        src.open_stream(self._heads.get(src.name))
+        src.open_stream(self._head_view(e))
         member = src.member
         if member is None:  # pragma: no cover
             raise RuntimeError("stream not opened")
@@ -333,8 +458,9 @@ class Mat5File:
             src.inflate_whole()
             data = src.whole or b""
             return mat5.parse_variable(
-                data, 0, order, source=src.where, max_depth=self.max_depth, inflated=True
-            )
+                data, 0, order, source=src.where, max_depth=self.max_depth, inflated=True,
+                decode_below=EAGER_BYTES,
+            )  # fmt: skip
         src.grow(HEAD_BYTES * 16)
         for _ in range(MAX_ROUNDS):
             try:
@@ -356,87 +482,63 @@ class Mat5File:
         """Nothing to release (reads are stateless)."""
 
 
-class _Builder:
-    """Turns a parsed v5 tree into a :data:`~npystore.mattree.MatNode` tree."""
+class _Windows:
+    """The windows of the file read while scanning the tags, found by offset."""
 
-    def __init__(self, src: _Source, reader: RangeReader) -> None:
-        self.src = src
-        self.reader = reader
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._data: list[memoryview] = []
 
-    def array(self, dtype: np.dtype[Any], shape: tuple[int, ...], storage: Storage,
-              path: str) -> LayoutArray:  # fmt: skip
-        layout = ArrayLayout(dtype, shape, "F", storage)
-        return LayoutArray(self.reader, layout, source=f"{self.reader.url}:{path}")
+    def __reduce__(self) -> tuple[Any, ...]:
+        # memoryviews do not pickle: the bytes they view do
+        return (_windows_of, (self._starts, [bytes(d.obj) for d in self._data]))
 
-    def part(self, ref: DataRef, shape: tuple[int, ...]) -> ArrayLayout:
-        return ArrayLayout(ref.stored_dtype, shape, "F", self.src.storage(ref))
+    def add(self, start: int, data: bytes) -> None:
+        """Keep ``data``, the bytes from ``start`` (windows come in increasing order)."""
+        self._starts.append(start)
+        self._data.append(memoryview(data))
 
-    def values(
-        self, dtype: np.dtype[Any], shape: tuple[int, ...], real: DataRef,
-        imag: DataRef | None, path: str,
-    ) -> LayoutArray:  # fmt: skip
-        """The leaf's values as ``dtype``: the stored range itself when it already is."""
-        if imag is None and real.stored_dtype == dtype:
-            return self.array(dtype, shape, self.src.storage(real), path)
-        parts = ConvertedExtent(
-            self.part(real, shape), None if imag is None else self.part(imag, shape)
-        )
-        return self.array(dtype, shape, parts, path)
+    def find(self, start: int, stop: int) -> tuple[memoryview, int] | None:
+        """The window holding bytes ``[start, stop)`` and its offset, or None."""
+        i = bisect.bisect_right(self._starts, start) - 1
+        if i < 0 or stop - self._starts[i] > len(self._data[i]):
+            return None
+        return self._data[i], self._starts[i]
 
-    def build(self, node: mat5.MatNode, path: str) -> MatNode:
-        if isinstance(node, mat5.NumericArray):
-            arr = self.values(node.dtype, node.dims, node.real, node.imag, path)
-            return NumericLeaf(arr, node.matlab_class, node.dims)
-        if isinstance(node, mat5.CharArray):
-            data = self.src.read(node.data.offset, node.data.end)
-            units = node.code_units(data, node.data.offset)
-            value = node.decode(data, node.data.offset, as_strings=True)
-            return CharLeaf(_char_value(value), units.reshape(node.dims, order="F"), node.dims)
-        if isinstance(node, mat5.SparseArray):
-            return self.sparse(node, path)
-        if isinstance(node, mat5.CellArray):
-            cells = tuple(self.build(c, f"{path}{{{i}}}") for i, c in enumerate(node.cells))
-            return CellNode(node.dims, cells)
-        if isinstance(node, mat5.StructArray):
-            elements = tuple(
-                {f: self.build(v, f"{path}({i}).{f}") for f, v in node.element(i).items()}
-                for i in range(node.numel)
-            )
-            return StructNode(node.dims, node.field_names, elements, node.matlab_class)
-        reason = (
-            "function handles are stored in MATLAB's undocumented subsystem"
-            if node.kind == "function_handle"
-            else f"{node.type_system or 'unknown'} objects are stored in MATLAB's undocumented "
-            "subsystem"
-        )
-        dims = node.dims if node.kind != "opaque" else ()
-        return ObjectLeaf(MatlabObject(node.matlab_class, dims, reason))
-
-    def sparse(self, node: mat5.SparseArray, path: str) -> SparseLeaf:
-        nnz_max = node.ir.count
-        pr = node.pr
-        count = min(nnz_max, pr.count)
-        real = DataRef(pr.offset, count * pr.stored_dtype.itemsize, pr.stored_dtype, pr.data_type)
-        imag = None
-        if node.pi is not None:
-            pi = node.pi
-            imag = DataRef(pi.offset, count * pi.stored_dtype.itemsize, pi.stored_dtype,
-                           pi.data_type)  # fmt: skip
-        data = self.values(node.dtype, (count,), real, imag, f"{path}.data")
-        ir = self.array(node.ir.stored_dtype, (node.ir.count,), self.src.storage(node.ir),
-                        f"{path}.ir")  # fmt: skip
-        jc = self.array(node.jc.stored_dtype, (node.jc.count,), self.src.storage(node.jc),
-                        f"{path}.jc")  # fmt: skip
-        return SparseLeaf(node.dims, node.matlab_class, data, ir, jc, node.is_complex)
+    def view(self, start: int, stop: int) -> memoryview | None:
+        """Bytes ``[start, stop)`` without a copy, if one window holds them."""
+        found = self.find(start, stop)
+        if found is None:
+            return None
+        data, base = found
+        return data[start - base : stop - base]
 
 
-def _char_value(value: Any) -> Any:
-    arr = np.asarray(value, dtype=object)
-    if arr.size == 1:
-        return str(arr.reshape(-1)[0])
-    if arr.size == 0 and arr.ndim <= 1:
-        return ""
-    return arr
+def _windows_of(starts: list[int], data: list[bytes]) -> _Windows:
+    """Unpickle :class:`_Windows`."""
+    windows = _Windows()
+    for start, window in zip(starts, data, strict=True):
+        windows.add(start, window)
+    return windows
+
+
+def _head_range(e: VariableEntry) -> tuple[int, int]:
+    """The first bytes of an element, or of a compressed one's zlib stream, read to list it."""
+    start = e.offset + 8 if e.compressed else e.offset
+    return start, min(e.offset + e.total_size, start + HEAD_BYTES)
+
+
+def _inflate_small(stream: memoryview | bytes) -> bytes | None:
+    """A whole small zlib stream inflated (Adler-32 checked by zlib), or None when it is
+    not one: malformed (the generic path reports why), or more than INFLATE_WHOLE bytes."""
+    d = zlib.decompressobj(15)
+    try:
+        out = d.decompress(stream, INFLATE_WHOLE)
+    except zlib.error:
+        return None
+    if not d.eof or d.unused_data:
+        return None
+    return out
 
 
 class Mat4File:
@@ -465,6 +567,15 @@ class Mat4File:
             if m.name in self._matrices:
                 raise FormatError(f"{reader.url}: variable {m.name!r} appears twice")
             self._matrices[m.name] = m
+
+    def names(self) -> list[str]:
+        """The matrices' names, in file order."""
+        return list(self._matrices)
+
+    def loaded(self, name: str) -> MatNode | None:
+        """None: a v4 matrix is always read through its :meth:`node`."""
+        del name
+        return None
 
     def infos(self) -> dict[str, MatInfo]:
         """The matrices, in file order (a sparse matrix's size is in its data: read it)."""
@@ -504,7 +615,7 @@ class Mat4File:
         if m.kind == "text":
             value = m.decode(data, start, as_strings=True)
             codes = m.real.view(data, start).astype(np.uint32).reshape(m.dims, order="F")
-            return CharLeaf(_char_value(value), codes, m.dims)
+            return CharLeaf(char_value(value), codes, m.dims)
         coo = m.decode(data, start)
         csc = coo.tocsc()
         csc.sort_indices()

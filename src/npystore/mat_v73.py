@@ -47,6 +47,7 @@ from npystore.layout import (
     RawExtent,
 )
 from npystore.mattree import (
+    EAGER_BYTES,
     CellNode,
     CharLeaf,
     MatInfo,
@@ -56,6 +57,7 @@ from npystore.mattree import (
     ObjectLeaf,
     SparseLeaf,
     StructNode,
+    ValueLeaf,
 )
 
 __all__ = ["HEADER_TEXT_SIZE", "Mat73File"]
@@ -113,7 +115,9 @@ class Mat73File:
         # the tree sees only checked wrappers: no B-tree libhdf5 walks is unchecked, and no
         # link or value it reaches can name a file
         root = safe_root(self._h5, self.source, guard)
-        self._tree = mat73.Mat73Tree(root, source=self.source, max_depth=max_depth)
+        self._tree = mat73.Mat73Tree(
+            root, source=self.source, max_depth=max_depth, eager_bytes=EAGER_BYTES
+        )
         self._built: dict[mat73.MatNode, MatNode] = {}
         self._closed = False
 
@@ -134,6 +138,16 @@ class Mat73File:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    def names(self) -> list[str]:
+        """The variables' names, in the file's (HDF5 link) order."""
+        self._check_open()
+        return self._tree.names()
+
+    def loaded(self, name: str) -> MatNode | None:
+        """None: a v7.3 variable is always read through its :meth:`node`."""
+        del name
+        return None
 
     def infos(self) -> dict[str, MatInfo]:
         """Every variable as ``whos`` lists it, in the file's (HDF5 link) order, from
@@ -179,6 +193,8 @@ class Mat73File:
 
     def _convert(self, node: mat73.MatNode) -> MatNode:
         if isinstance(node, mat73.NumericArray):
+            if node.value is not None:  # read with its container
+                return ValueLeaf(node.value)
             arr = self._values(node.dataset, node.dtype, node.dims, node.path)
             return NumericLeaf(arr, node.matlab_class, node.dims)
         if isinstance(node, mat73.CharArray):

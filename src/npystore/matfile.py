@@ -20,14 +20,14 @@ array([3., 4., 5.])
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from npystore.errors import FormatError, missing_dependency
 from npystore.faces.dask import DEFAULT_MAX_CHUNKS, ChunksSpec, to_dask
 from npystore.fetch import RangeReader, open_reader
 from npystore.formats import mat5
-from npystore.mattree import MatInfo, MatNode, NumericLeaf, to_value
+from npystore.mattree import MatInfo, MatNode, NumericLeaf, ValueLeaf, to_value
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -49,9 +49,13 @@ class MatReader(Protocol):
     version: str
     header_text: str
 
+    def names(self) -> Collection[str]: ...
+
     def infos(self) -> dict[str, MatInfo]: ...
 
     def node(self, name: str) -> MatNode: ...
+
+    def loaded(self, name: str) -> MatNode | None: ...
 
     def close(self) -> None: ...
 
@@ -61,7 +65,11 @@ class MatFile(Mapping[str, Any]):
 
     Values follow MATLAB: numeric, logical and complex arrays are lazy
     :class:`dask.array.Array` objects whose shape is MATLAB's ``size()`` (at least 2-D
-    unless ``squeeze=True``); char arrays are ``str`` (an object array of ``str``, one per
+    unless ``squeeze=True``), except that those inside cells and structs whose values take
+    at most :data:`~npystore.mattree.EAGER_BYTES` (64 KiB) are read with their container,
+    as read-only numpy arrays (in v5 files: when the variable is read whole, i.e.
+    compressed ones inflating to at most 16 MiB and uncompressed ones of at most 8 MiB);
+    char arrays are ``str`` (an object array of ``str``, one per
     row, for char matrices); structs are :class:`~npystore.mattree.MatStruct` mappings
     (struct arrays: object arrays of them); cells are object arrays in MATLAB shape; sparse
     matrices are ``scipy.sparse.csc_matrix``; objects, function handles, strings, tables
@@ -89,7 +97,9 @@ class MatFile(Mapping[str, Any]):
         self._chunks = chunks
         self._squeeze = squeeze
         self._max_chunks = max_chunks
-        self._infos = reader.infos()
+        names = reader.names()  # a v5 file's is a dict keyed by them already: not copied
+        self._names: Mapping[str, Any] = names if isinstance(names, dict) else dict.fromkeys(names)
+        self._infos: dict[str, MatInfo] | None = None  # made when first asked for
         self._nodes: dict[str, MatNode] = {}
         self.url = reader.source
         self.version = reader.version
@@ -98,33 +108,35 @@ class MatFile(Mapping[str, Any]):
     # -- Mapping ------------------------------------------------------------------------
 
     def __getitem__(self, name: str) -> Any:
-        if name not in self._infos:
+        if name not in self._names:
             raise KeyError(name)
-        return to_value(self.node(name), numeric=self._numeric)
+        return to_value(self.node(name), numeric=self._numeric, array=self._eager)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._infos)
+        return iter(self._names)
 
     def __len__(self) -> int:
-        return len(self._infos)
+        return len(self._names)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._infos
+        return name in self._names
 
     def __repr__(self) -> str:
-        return f"MatFile({self.url!r}, version={self.version!r}, variables={list(self._infos)})"
+        return f"MatFile({self.url!r}, version={self.version!r}, variables={list(self._names)})"
 
     # -- more --------------------------------------------------------------------------
 
     @property
     def variables(self) -> dict[str, MatInfo]:
         """Each variable's class, size and attributes, known without reading its data."""
+        if self._infos is None:
+            self._infos = self._reader.infos()
         return dict(self._infos)
 
     def describe(self) -> str:
         """A ``whos``-like table of the variables."""
         rows = [("Name", "Size", "Class", "Attributes")]
-        for info in self._infos.values():
+        for info in self.variables.values():
             size = "x".join(map(str, info.dims)) if info.dims else "?"
             attrs = " ".join(
                 w
@@ -143,15 +155,29 @@ class MatFile(Mapping[str, Any]):
         """The variable's tree of layouts (what the Zarr face and the values are made of)."""
         node = self._nodes.get(name)
         if node is None:
-            if name not in self._infos:
+            if name not in self._names:
                 raise KeyError(f"{self.url}: no variable {name!r}")
             node = self._nodes[name] = self._reader.node(name)
         return node
 
     def load(self, name: str) -> Any:
-        """The variable with every array read into memory (numpy instead of dask)."""
-        return to_value(self.node(name), numeric=lambda leaf: _shape(leaf.array.read(), leaf,
-                                                                      self._squeeze))  # fmt: skip
+        """The variable with every array read into memory (numpy instead of dask).
+
+        Small variables of a v5 file are decoded from the bytes read when the file was
+        opened, without building their tree.
+        """
+        node = self._nodes.get(name)
+        if node is None:
+            if name not in self._names:
+                raise KeyError(f"{self.url}: no variable {name!r}")
+            node = self._reader.loaded(name)
+            if isinstance(node, ValueLeaf):
+                return self._array(node.value)
+            if node is None:
+                node = self.node(name)
+        return to_value(
+            node, numeric=lambda leaf: self._array(leaf.array.read()), array=self._eager
+        )
 
     def close(self) -> None:
         """Release the reader (h5py file handles for v7.3)."""
@@ -166,14 +192,18 @@ class MatFile(Mapping[str, Any]):
     def _numeric(self, leaf: NumericLeaf) -> da.Array:
         prefix = "mat-" + leaf.array.source.rsplit(":", 1)[-1][:40].replace("/", "_")
         arr = to_dask(leaf.array, self._chunks, prefix=prefix, max_chunks=self._max_chunks)
-        shaped: da.Array = _shape(arr, leaf, self._squeeze)
+        shaped: da.Array = self._array(arr)
         return shaped
 
+    def _array(self, arr: Any) -> Any:
+        """A numeric value as the user asked for it (``squeeze``)."""
+        return arr.squeeze() if self._squeeze else arr
 
-def _shape(arr: Any, leaf: NumericLeaf, squeeze: bool) -> Any:
-    if squeeze:
-        return arr.squeeze()
-    return arr
+    @property
+    def _eager(self) -> Callable[[Any], Any] | None:
+        """What :func:`~npystore.mattree.to_value` does to values read with their
+        container: nothing (None, the fast path), or squeeze them."""
+        return self._array if self._squeeze else None
 
 
 def open_mat(

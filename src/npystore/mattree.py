@@ -12,17 +12,21 @@ Nothing here parses bytes or does IO beyond reading leaves through their LayoutA
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias, overload
 
 import numpy as np
 
 from npystore.access import LayoutArray
 from npystore.errors import FormatError, require
+from npystore.fetch import RangeReader
+from npystore.layout import ArrayLayout, InlineExtent
 
 __all__ = [
+    "EAGER_BYTES",
     "CellNode",
+    "LeafCells",
     "CharLeaf",
     "MatInfo",
     "MatNode",
@@ -32,9 +36,16 @@ __all__ = [
     "ObjectLeaf",
     "SparseLeaf",
     "StructNode",
+    "ValueLeaf",
     "build_csc",
+    "row_leaf",
     "to_value",
 ]
+
+#: Numeric, logical and complex arrays inside cells and structs whose values take at most
+#: this many bytes are read with their container (:class:`ValueLeaf`), not one by one: a
+#: cell of 100,000 scalars costs one parse, not 100,000 lazy arrays.
+EAGER_BYTES: Final = 64 * 2**10
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +125,14 @@ class MatStruct(Mapping[str, Any]):
         self._fields = dict(fields)
         self.matlab_class = matlab_class
 
+    @classmethod
+    def _adopt(cls, fields: dict[str, Any], matlab_class: str) -> MatStruct:
+        """A struct over ``fields`` itself (a new dict nobody else holds): no copy."""
+        out = cls.__new__(cls)
+        out._fields = fields
+        out.matlab_class = matlab_class
+        return out
+
     def __getitem__(self, key: str) -> Any:
         return self._fields[key]
 
@@ -143,18 +162,85 @@ class NumericLeaf:
     dims: tuple[int, ...]
 
 
-@dataclass(frozen=True)
+#: MATLAB class of the values of a :class:`ValueLeaf`, by dtype (complex: of its parts).
+_CLASS_BY_DTYPE: Final = {
+    np.dtype(code): name
+    for code, name in (
+        ("f8", "double"), ("f4", "single"), ("i1", "int8"), ("u1", "uint8"), ("i2", "int16"),
+        ("u2", "uint16"), ("i4", "int32"), ("u4", "uint32"), ("i8", "int64"), ("u8", "uint64"),
+        ("?", "logical"), ("c16", "double"), ("c8", "single"),
+    )
+}  # fmt: skip
+
+
+class ValueLeaf:
+    """A small numeric, logical or complex array read with its container (see
+    :data:`EAGER_BYTES`): ``value`` is a read-only numpy array in MATLAB shape and the
+    class's dtype (complex64/complex128 for complex single/double).
+
+    Leaves of identical content may share one ``value``; ``numpy.array(leaf.value)`` gives
+    a writable copy.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: np.ndarray[Any, Any]) -> None:
+        self.value = value
+
+    @property
+    def matlab_class(self) -> str:
+        """MATLAB's ``class()``: from the dtype."""
+        return _CLASS_BY_DTYPE[self.value.dtype]
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        """MATLAB's ``size()``."""
+        shape: tuple[int, ...] = self.value.shape
+        return shape
+
+    def __repr__(self) -> str:
+        return f"ValueLeaf({self.matlab_class} {'x'.join(map(str, self.dims))})"
+
+    def as_array(self, reader: RangeReader, source: str) -> LayoutArray:
+        """The values as a :class:`~npystore.access.LayoutArray` (held in its layout; the
+        reader is never read): what the faces that need one use."""
+        data = np.asfortranarray(self.value)
+        layout = ArrayLayout(data.dtype, data.shape, "F", InlineExtent(data.tobytes(order="F")))
+        return LayoutArray(reader, layout, source=source)
+
+
 class CharLeaf:
     """A char array, already decoded.
 
     ``value`` is a ``str`` (one row) or an object array of ``str`` (one per row: shape
     ``(dims[0],) + dims[2:]``); ``units`` holds the UTF-16 code units in MATLAB shape.
+
+    ``units`` may be given as None for a single row (or none) whose code units are its
+    characters' code points (no character beyond the BMP): they are then made from
+    ``value`` when first asked for (a cell of 100,000 strings rarely needs them).
     """
 
-    value: Any
-    units: np.ndarray[Any, Any]
-    dims: tuple[int, ...]
-    matlab_class: str = "char"
+    __slots__ = ("_units", "dims", "value")
+
+    matlab_class = "char"
+
+    def __init__(
+        self, value: Any, units: np.ndarray[Any, Any] | None, dims: tuple[int, ...]
+    ) -> None:
+        self.value = value
+        self._units = units
+        self.dims = dims
+
+    @property
+    def units(self) -> np.ndarray[Any, Any]:
+        """The code units, uint32, MATLAB shape."""
+        if self._units is None:
+            points = np.frombuffer(str(self.value).encode("utf-32-le"), "<u4")
+            self._units = points.astype(np.uint32).reshape(self.dims, order="F")
+        return self._units
+
+    def __repr__(self) -> str:
+        return f"CharLeaf({self.value!r}, dims={self.dims})"
 
 
 @dataclass(frozen=True)
@@ -198,11 +284,65 @@ class ObjectLeaf:
 
 @dataclass(frozen=True)
 class CellNode:
-    """A cell array: its elements in column-major order."""
+    """A cell array: its elements in column-major order (a tuple, or :class:`LeafCells`
+    when most are small values read with the cell)."""
 
     dims: tuple[int, ...]
-    cells: tuple[MatNode, ...]
+    cells: Sequence[MatNode]
     matlab_class: str = "cell"
+
+
+class LeafCells(Sequence["MatNode"]):
+    """The elements of a cell, small values kept as they are: a numpy array becomes a
+    :class:`ValueLeaf`, a ``str`` a one-row :class:`CharLeaf` when it is looked at (a new
+    one each time), and :func:`to_value` takes them as they are. A cell of 100,000
+    numbers or strings then costs no object per element beyond its value.
+
+    Parameters
+    ----------
+    items : list
+        Per element: its read-only numpy array (a :class:`ValueLeaf`'s value), its text (a
+        char row of ``(1, len(text))`` characters, each one code unit), or its node.
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: list[np.ndarray[Any, Any] | str | MatNode]) -> None:
+        self._items = items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> MatNode: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[MatNode, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> MatNode | tuple[MatNode, ...]:
+        if isinstance(index, slice):
+            return tuple(_leaf(item) for item in self._items[index])
+        return _leaf(self._items[index])
+
+    def raw(self) -> list[np.ndarray[Any, Any] | str | MatNode]:
+        """The elements as held: arrays and str for the small values."""
+        return self._items
+
+    def __repr__(self) -> str:
+        return f"LeafCells({len(self._items)} elements)"
+
+
+def _leaf(item: np.ndarray[Any, Any] | str | MatNode) -> MatNode:
+    if isinstance(item, np.ndarray):
+        return ValueLeaf(item)
+    if isinstance(item, str):
+        return row_leaf(item)
+    return item
+
+
+def row_leaf(text: str) -> CharLeaf:
+    """The leaf of a char row of ``(1, len(text))`` characters, each one code unit."""
+    return CharLeaf(text, None, (1, len(text)))
 
 
 @dataclass(frozen=True)
@@ -216,7 +356,9 @@ class StructNode:
     attributes: Mapping[str, Any] = field(default_factory=dict)
 
 
-MatNode: TypeAlias = NumericLeaf | CharLeaf | SparseLeaf | ObjectLeaf | CellNode | StructNode
+MatNode: TypeAlias = (
+    NumericLeaf | ValueLeaf | CharLeaf | SparseLeaf | ObjectLeaf | CellNode | StructNode
+)
 
 
 def build_csc(
@@ -263,6 +405,7 @@ def to_value(
     node: MatNode,
     *,
     numeric: Callable[[NumericLeaf], Any],
+    array: Callable[[np.ndarray[Any, Any]], Any] | None = None,
     depth: int = 0,
 ) -> Any:
     """The user-facing value of a tree (what :func:`npystore.open_mat` returns).
@@ -274,34 +417,57 @@ def to_value(
     numeric : callable
         Makes the value of a numeric leaf (the dask array, with the caller's chunks and
         squeeze choice).
+    array : callable, optional
+        Makes the value of a :class:`ValueLeaf` from its numpy array (e.g. squeezes it);
+        the array itself by default.
 
     Returns
     -------
     Any
-        dask array, str / object array of str, :class:`MatStruct` or object array of them,
-        object array (cells), ``scipy.sparse.csc_matrix`` or :class:`MatlabObject`.
+        dask or numpy array, str / object array of str, :class:`MatStruct` or object array
+        of them, object array (cells), ``scipy.sparse.csc_matrix`` or :class:`MatlabObject`.
     """
-    if isinstance(node, NumericLeaf):
-        return numeric(node)
+    if isinstance(node, ValueLeaf):
+        return node.value if array is None else array(node.value)
     if isinstance(node, CharLeaf):
         return node.value
+    if isinstance(node, NumericLeaf):
+        return numeric(node)
     if isinstance(node, SparseLeaf):
         return node.load()
     if isinstance(node, ObjectLeaf):
         return node.obj
     if isinstance(node, CellNode):
-        cells = [to_value(c, numeric=numeric, depth=depth + 1) for c in node.cells]
+        items = node.cells.raw() if isinstance(node.cells, LeafCells) else node.cells
+        cells = [_child_value(c, numeric, array, depth) for c in items]
         return _object_array(cells, node.dims)
+    adopt, cls = MatStruct._adopt, node.matlab_class  # its own fast path
     elements = [
-        MatStruct(
-            {f: to_value(e[f], numeric=numeric, depth=depth + 1) for f in node.fields},
-            node.matlab_class,
-        )
+        adopt({f: _child_value(v, numeric, array, depth) for f, v in e.items()}, cls)
         for e in node.elements
     ]
     if math.prod(node.dims) == 1 and len(elements) == 1:
         return elements[0]
     return _object_array(elements, node.dims)
+
+
+def _child_value(
+    node: MatNode | np.ndarray[Any, Any] | str,
+    numeric: Callable[[NumericLeaf], Any],
+    array: Callable[[np.ndarray[Any, Any]], Any] | None,
+    depth: int,
+) -> Any:
+    """A child's value (a node, or a :class:`LeafCells` array): small leaves (the many
+    elements of big containers) without another call of :func:`to_value`."""
+    if isinstance(node, str):
+        return node
+    if isinstance(node, np.ndarray):
+        return node if array is None else array(node)
+    if isinstance(node, ValueLeaf) and array is None:
+        return node.value
+    if isinstance(node, CharLeaf):
+        return node.value
+    return to_value(node, numeric=numeric, array=array, depth=depth + 1)
 
 
 def _object_array(items: list[Any], dims: tuple[int, ...]) -> np.ndarray[Any, Any]:

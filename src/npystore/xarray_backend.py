@@ -47,7 +47,7 @@ from npystore.fetch import RangeReader, open_reader
 from npystore.formats import npy
 from npystore.layout import ArrayLayout, RawExtent
 from npystore.matfile import MatFile, mat_from_reader
-from npystore.mattree import CharLeaf, MatInfo, MatNode, NumericLeaf, StructNode
+from npystore.mattree import CharLeaf, MatInfo, MatNode, NumericLeaf, StructNode, ValueLeaf
 from npystore.npz import NpzFile, npz_from_reader
 
 __all__ = ["NpystoreBackendArray", "NpystoreBackendEntrypoint", "SkippedVariableWarning"]
@@ -524,6 +524,13 @@ class _Opened:
                 continue
             if isinstance(node, NumericLeaf):
                 out[name] = self._numeric(name, node)
+            elif isinstance(node, ValueLeaf):  # read with its struct
+                leaf = NumericLeaf(
+                    node.as_array(self.reader, f"{self.url}:{group}/{name}"),
+                    node.matlab_class,
+                    node.dims,
+                )
+                out[name] = self._numeric(name, leaf)
             elif isinstance(node, CharLeaf):
                 out[name] = self._char(name, node)
             elif _is_scalar_struct(node):

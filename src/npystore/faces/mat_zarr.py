@@ -4,7 +4,8 @@
 MATLAB value       Zarr node
 =================  ===========================================================================
 numeric, logical   array in MATLAB shape (``transpose`` codec: the bytes stay column-major),
-complex            chunks aligned to the file's own (HDF5) chunks
+complex            chunks aligned to the file's own (HDF5) chunks; small arrays read with
+                   their cell or struct (:class:`~npystore.mattree.ValueLeaf`): one chunk
 char               uint16 array of UTF-16 code units in MATLAB shape; the decoded text in the
                    ``matlab_text`` attribute
 struct (1x1)       group, one member per field
@@ -40,6 +41,7 @@ from npystore.mattree import (
     ObjectLeaf,
     SparseLeaf,
     StructNode,
+    ValueLeaf,
 )
 
 __all__ = ["mat_nodes"]
@@ -111,6 +113,9 @@ def _add(
             chunk_shape=_chunk_shape(layout),
             dimension_prefix=prefix,
         )
+    elif isinstance(node, ValueLeaf):
+        array = node.as_array(reader, f"{reader.url}:{name}")
+        nodes[path] = ArrayNode(array, _attrs(node, name), dimension_prefix=prefix)
     elif isinstance(node, CharLeaf):
         units = np.asarray(node.units)
         dtype = np.dtype(np.uint16) if units.size == 0 or units.max() < 2**16 else units.dtype

@@ -103,8 +103,20 @@ those listed before it:
 - ``_nodes``: cell, struct and opaque nodes, :data:`MatNode`, :class:`MatVariable`
 - ``_meta``: array flags, dimensions and names; :func:`parse_matrix_header` (step 3)
 - ``_parse``: :func:`parse_variable`, the whole tree (step 3)
+- ``_bulk`` (imported by ``_nodes`` and ``_parse``, importing ``_tags`` and ``_char``): the
+  fast paths for many small matrices, :func:`quick_header` (a listing) and
+  :func:`quick_leaf` (small values decoded with their container)
 """
 
+from npystore.formats.mat5._bulk import (
+    VECTOR_MIN,
+    DecodedChars,
+    QuickHeader,
+    quick_chars,
+    quick_header,
+    quick_leaf,
+    quick_numeric,
+)
 from npystore.formats.mat5._char import CharArray, char_dims_problem, chars_from_units
 from npystore.formats.mat5._file import (
     MatHeader,
@@ -146,10 +158,11 @@ from npystore.formats.zipdir import NeedMoreBytes
 __all__ = [
     "CLASS_NAMES", "DEFAULT_MAX_DEPTH", "HEADER_SIZE", "MAX_DEPTH_LIMIT", "MAX_FIELDS",
     "MAX_NDIM", "MAX_NUMEL", "MAX_UNBACKED", "MI_COMPRESSED", "MI_MATRIX", "TAG_SIZE",
-    "CellArray", "CharArray", "DataRef", "MatHeader", "MatNode", "MatVariable", "MatrixHeader",
-    "Mopt",
+    "VECTOR_MIN",
+    "CellArray", "CharArray", "DataRef", "DecodedChars", "MatHeader", "MatNode", "MatVariable",
+    "MatrixHeader", "Mopt", "QuickHeader",
     "NeedMoreBytes", "NumericArray", "OpaqueObject", "SparseArray", "StructArray",
     "VariableEntry", "char_dims_problem", "chars_from_units", "decode_mopt", "is_v73",
-    "iter_data_refs", "parse_header", "parse_matrix_header", "parse_variable", "scan_elements",
-    "with_source",
+    "iter_data_refs", "parse_header", "parse_matrix_header", "parse_variable", "quick_chars",
+    "quick_header", "quick_leaf", "quick_numeric", "scan_elements", "with_source",
 ]  # fmt: skip

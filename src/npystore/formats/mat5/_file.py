@@ -7,7 +7,7 @@ the prefix, :func:`scan_elements` lists the variables from their tags alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from npystore.errors import FormatError, UnsupportedError
 from npystore.formats.mat5._tags import (
@@ -208,9 +208,9 @@ def parse_header(prefix: _Bytes, *, source: str, file_size: int | None = None) -
     return MatHeader(5, text, order, subsys, HEADER_SIZE)
 
 
-@dataclass(frozen=True, slots=True)
-class VariableEntry:
-    """One top-level data element, known from its tag alone.
+class VariableEntry(NamedTuple):
+    """One top-level data element, known from its tag alone (a named tuple: a file may have
+    hundreds of thousands).
 
     Attributes
     ----------

@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from npystore.errors import FormatError, MissingDependencyError
+from npystore.formats.mat5._bulk import DecodedChars, decoded_class
 from npystore.formats.mat5._char import CharArray
 from npystore.formats.mat5._numeric import NumericArray, SparseArray
 from npystore.formats.mat5._tags import DataRef, _Bytes
@@ -162,8 +163,13 @@ class OpaqueObject:
         return self
 
 
-#: Any node of a variable's tree.
-MatNode: TypeAlias = NumericArray | CharArray | SparseArray | CellArray | StructArray | OpaqueObject
+#: Any node of a variable's tree. Leaves decoded with their container (``decode_below`` of
+#: :func:`parse_variable`) are read-only numpy arrays, ``str`` (a char row of ``(1, n)``
+#: characters, ``n >= 1``) and :class:`DecodedChars`.
+MatNode: TypeAlias = (
+    NumericArray | CharArray | SparseArray | CellArray | StructArray | OpaqueObject
+    | npt.NDArray[Any] | str | DecodedChars
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +206,10 @@ class MatVariable:
     @property
     def matlab_class(self) -> str:
         """The value's MATLAB class."""
-        return self.value.matlab_class
+        value = self.value
+        if isinstance(value, np.ndarray | str | DecodedChars):  # pragma: no cover - not here
+            return decoded_class(value)
+        return value.matlab_class
 
     def decode(self, buffer: _Bytes, base: int = 0, *, as_strings: bool = True) -> Any:
         """The value decoded: see each node's ``decode``.
@@ -217,6 +226,8 @@ class MatVariable:
         try:
             if isinstance(self.value, CharArray):
                 return self.value.decode(buffer, base, as_strings=as_strings)
+            if isinstance(self.value, np.ndarray | str):  # pragma: no cover - never at the top
+                return self.value
             return self.value.decode(buffer, base)
         except (FormatError, NeedMoreBytes) as exc:
             raise with_source(exc, self.source) from None
@@ -234,7 +245,14 @@ def _decode_into(
     """Store each node decoded in turn at ``out[0]``, ``out[1]``, ... (a 1-D object array
     or field): the walk shared by cell and struct decoding."""
     for i, node in enumerate(nodes):
-        out[i] = node.decode(buffer, base)
+        if isinstance(node, np.ndarray):
+            out[i] = node
+        elif isinstance(node, str):  # a char row: as CharArray.decode gives it
+            row = np.empty(1, dtype=object)
+            row[0] = node
+            out[i] = row
+        else:
+            out[i] = node.decode(buffer, base)
 
 
 def with_source(exc: FormatError | NeedMoreBytes, source: str) -> FormatError | NeedMoreBytes:
@@ -250,6 +268,8 @@ def iter_data_refs(node: MatNode) -> Iterator[DataRef]:
     stack: list[MatNode] = [node]
     while stack:
         item = stack.pop()
+        if isinstance(item, np.ndarray | str | DecodedChars):
+            continue  # decoded already: no range to read
         if isinstance(item, NumericArray | CharArray | SparseArray):
             yield from item.data_refs()
         elif isinstance(item, CellArray):

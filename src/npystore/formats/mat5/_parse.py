@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from npystore.errors import FormatError, UnsupportedError
+from npystore.formats.mat5._bulk import DecodedChars, decode_children
 from npystore.formats.mat5._char import CharArray, char_dims_problem
 from npystore.formats.mat5._meta import MatrixHeader, _read_field_names, _read_header
 from npystore.formats.mat5._nodes import (
@@ -46,6 +47,7 @@ from npystore.formats.mat5._tags import (
     _Reader,
 )
 from npystore.formats.shapes import check_shape
+from npystore.formats.zipdir import NeedMoreBytes
 
 
 def parse_variable(
@@ -57,6 +59,7 @@ def parse_variable(
     max_depth: int = DEFAULT_MAX_DEPTH,
     inflated: bool = False,
     extra: Mapping[int, _Bytes] | None = None,
+    decode_below: int = 0,
 ) -> MatVariable:
     """Describe one top-level variable: a tree of nodes with DataRefs, no values read.
 
@@ -82,6 +85,13 @@ def parse_variable(
     extra : mapping of int to bytes, optional
         More bytes of the same address space, keyed by offset: the ranges that earlier
         calls asked for with NeedMoreBytes.
+    decode_below : int
+        Numeric, logical and char matrices inside cells and structs whose values take at
+        most this many bytes (decoded) and lie in the given bytes are decoded here: they
+        appear in the tree as read-only numpy arrays (MATLAB shape, the class's dtype) and,
+        for char rows of common encodings, :class:`DecodedChars`. 0 (the default): none.
+        Many small elements cost little then: the common layout is read without the
+        generic parser's per-subelement work.
 
     Returns
     -------
@@ -101,8 +111,11 @@ def parse_variable(
     if not 0 <= max_depth <= MAX_DEPTH_LIMIT:
         raise ValueError(f"max_depth must be 0 to {MAX_DEPTH_LIMIT}, got {max_depth}")
     reader = _Reader(element, element_offset, extra, byte_order, source, inflated)
+    reader.decode_below = max(0, decode_below)
     pos, end = reader.root()
     node = _parse_matrix(reader, pos, end, 0, max_depth, f"{source}: {reader.what(pos)}")
+    if isinstance(node, np.ndarray | str | DecodedChars):  # pragma: no cover
+        raise RuntimeError("only values below the top level are decoded while parsing")
     return MatVariable(node.name, node, pos, end - pos, inflated, node.is_global, source)
 
 
@@ -130,9 +143,12 @@ def _parse_matrix(
         if h.is_complex:
             e = _element(r, e.next, end, where, "imaginary part")
             imag = _numeric_ref(e, numel, order, where, "imaginary part", dims)
-        return NumericArray(
+        numeric = NumericArray(
             h.name, dims, h.matlab_class, h.is_complex, real, imag, pos, h.size, h.is_global
         )
+        if depth and r.decode_below and numel * numeric.dtype.itemsize <= r.decode_below:
+            return _decoded(r, numeric)
+        return numeric
     if code == CHAR:
         e = _element(r, cur, end, where, "char data")
         encoding, ref = _char_ref(e, numel, order, where, dims)
@@ -141,8 +157,9 @@ def _parse_matrix(
         return _parse_sparse(r, h, cur, end, order, where)
     if code == CELL:
         _check_children(numel, cur, end, where, f"{numel} cells")
-        labels = (f"{where}{{{i + 1}}}" for i in range(numel))
-        cells = _parse_children(r, cur, end, depth, max_depth, labels)
+        cells = _parse_children(
+            r, cur, end, depth, max_depth, numel, lambda i: f"{where}{{{i + 1}}}"
+        )
         return CellArray(h.name, dims, cells, pos, h.size, h.is_global)
     if code in (STRUCT, OBJECT):
         fields, cur = _read_field_names(r, cur, end, where)
@@ -153,11 +170,17 @@ def _parse_matrix(
                 f"{where}: a struct array of {numel} elements without fields (dims {dims}), "
                 f"more than the {MAX_UNBACKED} this parser reads"
             )
-        _check_children(numel * len(fields), cur, end, where, f"{numel} x {len(fields)} fields")
-        labels = (
-            f"{where}({i + 1}).{field}" for i in range(numel if fields else 0) for field in fields
+        k = len(fields)
+        _check_children(numel * k, cur, end, where, f"{numel} x {k} fields")
+        values = _parse_children(
+            r,
+            cur,
+            end,
+            depth,
+            max_depth,
+            numel * k,
+            lambda i: f"{where}({i // k + 1}).{fields[i % k]}",
         )
-        values = _parse_children(r, cur, end, depth, max_depth, labels)
         class_name = h.matlab_class if code == OBJECT else None
         return StructArray(h.name, dims, fields, values, class_name, pos, h.size, h.is_global)
     if code in (FUNCTION, OPAQUE):
@@ -215,15 +238,53 @@ def _parse_child(
 
 
 def _parse_children(
-    r: _Reader, pos: int, end: int, depth: int, max_depth: int, labels: Iterable[str]
+    r: _Reader,
+    pos: int,
+    end: int,
+    depth: int,
+    max_depth: int,
+    count: int,
+    label: Callable[[int], str],
 ) -> tuple[MatNode, ...]:
-    """Parse consecutive nested miMATRIX elements from ``pos``, one per label (its name in
-    messages): the walk shared by cell elements and struct fields."""
+    """Parse ``count`` consecutive nested miMATRIX elements from ``pos`` (``label(i)``
+    names the i-th in messages): the walk shared by cell elements and struct fields.
+
+    With ``r.decode_below`` and the elements in one segment, small leaves of the common
+    layout are decoded by :func:`~npystore.formats.mat5._bulk.decode_children` (no
+    per-subelement objects); the others go through the generic parser.
+    """
     nodes: list[MatNode] = []
-    for label in labels:
-        node, pos = _parse_child(r, pos, end, depth, max_depth, label)
-        nodes.append(node)
-    return tuple(nodes)
+    limit = r.decode_below
+    seg = r.segment(pos, end) if limit and depth < max_depth else None
+    if seg is None:
+        for i in range(count):
+            node, pos = _parse_child(r, pos, end, depth, max_depth, label(i))
+            nodes.append(node)
+        return tuple(nodes)
+
+    def fallback(i: int, at: int) -> tuple[MatNode, int]:
+        return _parse_child(r, at, end, depth, max_depth, label(i))
+
+    buf, base = seg
+    return tuple(decode_children(buf, base, pos, end, count, r.order, limit, r.memo, fallback))
+
+
+def _decoded(r: _Reader, node: NumericArray) -> MatNode:
+    """The values of a small numeric leaf, read-only, when they lie in the given bytes;
+    else the node itself (its values are read later), as for complex integers (whose
+    class complex128 values would not tell)."""
+    if node.is_complex and node.matlab_class not in ("double", "single"):
+        return node
+    try:
+        real = np.frombuffer(r.take(node.real.offset, node.real.nbytes), node.real.stored_dtype)
+        imag = None
+        if node.imag is not None:
+            imag = np.frombuffer(r.take(node.imag.offset, node.imag.nbytes), node.imag.stored_dtype)
+    except NeedMoreBytes:
+        return node
+    arr = node.convert(real, imag).reshape(node.dims, order="F")
+    arr.setflags(write=False)
+    return arr
 
 
 def _check_children(count: int, cur: int, end: int, where: str, what: str) -> None:

@@ -173,7 +173,9 @@ class _Reader:
         "_ends",
         "_segments",
         "_starts",
+        "decode_below",
         "inflated",
+        "memo",
         "order",
         "pair",
         "root_offset",
@@ -200,6 +202,19 @@ class _Reader:
         self._segments = segments
         self._starts = [start for start, _ in segments]
         self._ends = [start + len(buf) for start, buf in segments]
+        #: Numeric leaves inside containers of at most this many bytes are decoded.
+        self.decode_below = 0
+        #: Small elements decoded so far, by their bytes (identical ones share a value).
+        self.memo: dict[bytes, Any] = {}
+
+    def segment(self, start: int, stop: int) -> tuple[memoryview, int] | None:
+        """One segment holding bytes ``[start, stop)`` and its offset, or None."""
+        i = bisect.bisect_right(self._starts, start) - 1
+        while i >= 0:
+            if self._ends[i] >= stop:
+                return self._segments[i][1], self._starts[i]
+            i -= 1
+        return None
 
     def what(self, pos: int) -> str:
         """How to name the matrix at ``pos`` before its name is known."""

@@ -119,7 +119,9 @@ class NumericArray:
     """A numeric, logical or complex array; ``dataset`` is None for an empty one.
 
     ``dtype`` is the result type (the class's, complex when stored as a compound); the
-    dataset's own dtype is what is stored.
+    dataset's own dtype is what is stored. ``value`` holds the values (read-only, MATLAB
+    shape, ``dtype``) when they were read with their container (``eager_bytes`` of
+    :class:`~npystore.formats.mat73.Mat73Tree`), else None.
     """
 
     path: str
@@ -127,6 +129,7 @@ class NumericArray:
     dims: tuple[int, ...]
     dtype: np.dtype[Any]
     dataset: H5Dataset | None
+    value: npt.NDArray[Any] | None = None
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from npystore.errors import FormatError, UnsupportedError
+from npystore.errors import FormatError, NpystoreError, UnsupportedError
 from npystore.formats.mat5 import char_dims_problem, chars_from_units
 from npystore.formats.mat73._attrs import (
     count,
@@ -64,16 +64,27 @@ class Mat73Tree:
         The URL, for messages.
     max_depth : int
         Deepest nesting of cells/structs accepted (deeper is a FormatError).
+    eager_bytes : int
+        Numeric arrays inside cells and structs whose values take at most this many bytes
+        are read here, with their container (``NumericArray.value``); 0: none.
 
     Values reached through object references are parsed once per tree and shared.
     """
 
-    def __init__(self, root: H5Group, *, source: str, max_depth: int = DEFAULT_MAX_DEPTH):
+    def __init__(
+        self,
+        root: H5Group,
+        *,
+        source: str,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        eager_bytes: int = 0,
+    ):
         if not 1 <= max_depth <= MAX_DEPTH_LIMIT:
             raise ValueError(f"max_depth must be in 1..{MAX_DEPTH_LIMIT}, got {max_depth}")
         self._root = root
         self.source = source
         self.max_depth = max_depth
+        self.eager_bytes = eager_bytes
         self._done: dict[H5Dataset | H5Group, MatNode] = {}
 
     def names(self) -> list[str]:
@@ -154,7 +165,7 @@ class Mat73Tree:
             if cls == "cell" and not empty:
                 node = self._cell(obj, path, depth, chain)
             else:
-                node = self._dataset(obj, cls, path, empty)
+                node = self._dataset(obj, cls, path, empty, depth)
         elif is_group(obj):
             node = self._group(obj, cls, path)
             if node is None:
@@ -162,7 +173,15 @@ class Mat73Tree:
         else:
             kind = type(obj).__name__
             node = OpaqueObject(path, cls or "unknown", (), f"an HDF5 {kind} is not a MATLAB value")
-        if shared:
+        if (
+            shared
+            and isinstance(node, CellArray | StructArray | SparseArray | NumericArray)
+            and (not isinstance(node, NumericArray) or node.dataset is not None)
+        ):
+            # kept (and with it the HDF5 object, open) only when it holds datasets or may
+            # be reached again while being parsed; a leaf read already is parsed again if
+            # another reference leads to it, and its dataset is closed meanwhile (an open
+            # dataset costs libhdf5 some 18 KB: a cell of 20,000 would hold 360 MB)
             self._done[obj] = node
         return node
 
@@ -202,15 +221,31 @@ class Mat73Tree:
             return done
         return self._node(obj, path, depth, chain, shared=True)
 
-    def _dataset(self, dset: H5Dataset, cls: str | None, path: str, empty: bool) -> MatNode:
-        """A dataset that is not a cell: a leaf."""
+    def _dataset(
+        self, dset: H5Dataset, cls: str | None, path: str, empty: bool, depth: int = 0
+    ) -> MatNode:
+        """A dataset that is not a cell: a leaf (inside a container, ``depth > 0``, small
+        numeric values are read now)."""
         if empty:
-            return self._empty(dset, cls, path)
+            node = self._empty(dset, cls, path)
+            if (
+                depth
+                and self.eager_bytes
+                and isinstance(node, NumericArray)
+                and max(node.dims, default=0) <= 1
+            ):
+                value = np.empty(node.dims, node.dtype)
+                value.setflags(write=False)
+                return NumericArray(path, node.matlab_class, node.dims, node.dtype, None, value)
+            return node
         cls = cls or self._implied_class(dset)
         if cls == "char":
             return self._chars(dset, path)
         if cls in CLASS_DTYPES and "MATLAB_object_decode" not in dset.attrs:
-            return self._numeric(dset, cls, path)
+            node = self._numeric(dset, cls, path)
+            if depth and self.eager_bytes:
+                return self._read_small(node)
+            return node
         if cls in ("struct", "canonical empty"):
             return OpaqueObject(path, cls, dims_of(dset, self._where(path)),
                                 f"a non-empty {cls} stored as a dataset")  # fmt: skip
@@ -275,6 +310,36 @@ class Mat73Tree:
         else:
             raise FormatError(f"{where}: {cls} stored as {stored}, expected numbers")
         return NumericArray(path, cls, dims, dtype, dset)
+
+    def _read_small(self, node: NumericArray) -> NumericArray:
+        """The node with its values, when they take at most ``eager_bytes`` and the HDF5
+        library reads them (else as it was: read later, through its byte ranges, where an
+        unsupported filter is reported)."""
+        dset = node.dataset
+        numel = math.prod(node.dims)
+        if dset is None or numel * node.dtype.itemsize > self.eager_bytes:
+            return node
+        if node.dtype.kind == "c" and node.matlab_class not in ("double", "single"):
+            return node  # complex integers: complex128 values would not tell their class
+        try:
+            stored = np.asarray(dset.read(self._where(node.path)))
+        except NpystoreError:
+            raise  # refused storage, a bad chunk index: not a reason to try another way
+        except (OSError, ValueError, TypeError):
+            return node
+        if stored.size != numel:
+            return node
+        flat = stored.reshape(-1)  # C order of the HDF5 shape: MATLAB's column-major
+        if stored.dtype.names is not None:
+            values = np.empty(numel, node.dtype)
+            values.real = flat["real"]
+            values.imag = flat["imag"]
+        else:
+            with np.errstate(all="ignore"):
+                values = flat.astype(node.dtype)
+        values = values.reshape(node.dims, order="F")
+        values.setflags(write=False)
+        return NumericArray(node.path, node.matlab_class, node.dims, node.dtype, None, values)
 
     def _chars(self, dset: H5Dataset, path: str) -> CharArray:
         where = self._where(path)

@@ -1,0 +1,200 @@
+"""Small MAT-files must not cost huge time or memory (issue 14 item 7).
+
+Four files that used to cost far more than scipy does: a 16 KB v5 file holding a 1x100,000
+cell of ``[]`` (52 s and 672 MiB: one dask array per element), a 3.5 KB 1x20,000 struct
+array, a v7.3 cell of thousands of references, a v5 file of 200,000 variables. Each is
+opened and read whole (``m[name]`` and ``m.load(name)``; every variable of the last) in a
+fresh interpreter that reports the time and the growth of its peak RSS; the values are
+compared with ``scipy.io.loadmat`` (v5) and ``mat73.loadmat`` (v7.3). The bounds only guard
+against hangs and blow-ups: the regression itself (a dask array per element) is asserted
+on the values' types.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import dask.array as da
+import h5py
+import numpy as np
+import pytest
+import scipy.io as sio
+
+import npystore
+from npystore import MatStruct
+
+CHILD = r"""
+import json, sys, time
+import dask.array, h5py, numpy, scipy.io, npystore  # imported before the baseline
+
+def peak_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise SystemExit("no VmHWM")
+
+path, name = sys.argv[1], sys.argv[2]
+base = peak_kib()
+t0 = time.perf_counter()
+m = npystore.open_mat(path)
+infos = m.variables
+if name == "*":
+    loaded = {k: m.load(k) for k in m}
+    lazy = m[next(iter(m))]
+else:
+    lazy = m[name]
+    loaded = npystore.open_mat(path).load(name)
+seconds = time.perf_counter() - t0
+print(json.dumps({"seconds": seconds, "peak_mib": (peak_kib() - base) / 1024,
+                  "variables": len(infos)}))
+"""
+
+
+def cost(path: Path, name: str) -> dict[str, Any]:
+    """Open and read ``name`` (``*``: every variable) in a fresh interpreter."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path), name],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+def check_numpy(ours: Any, theirs: np.ndarray, path: str) -> None:
+    """A small value read with its container: a read-only numpy array equal to scipy's."""
+    assert isinstance(ours, np.ndarray), path  # not a dask array per element
+    assert not isinstance(ours, da.Array), path
+    assert not ours.flags.writeable, path
+    assert ours.dtype == theirs.dtype.newbyteorder("="), path
+    np.testing.assert_array_equal(ours, theirs, err_msg=path, strict=True)
+
+
+def test_cell_of_100000_empty_values(tmp_path: Path) -> None:
+    path = tmp_path / "cell.mat"
+    cell = np.empty((1, 100_000), dtype=object)
+    for i in range(cell.size):
+        cell[0, i] = np.zeros((0, 0))
+    sio.savemat(path, {"c": cell}, do_compression=True)
+    assert path.stat().st_size < 20_000  # the issue's 16 KB file
+    got = cost(path, "c")
+    assert got["seconds"] < 10, got  # was 52 s
+    assert got["peak_mib"] < 150, got  # was 672 MiB
+    theirs = sio.loadmat(path)["c"]
+    m = npystore.open_mat(str(path))
+    for ours in (m["c"], m.load("c")):
+        assert ours.shape == theirs.shape == (1, 100_000)
+        assert ours.dtype == object
+        for i in (0, 1, 50_000, 99_999):
+            check_numpy(ours[0, i], theirs[0, i], f"c{{{i}}}")
+        assert all(v.shape == (0, 0) and v.dtype == np.float64 for v in ours.flat)
+
+
+def test_struct_array_of_20000_elements(tmp_path: Path) -> None:
+    path = tmp_path / "struct.mat"
+    s = np.zeros((1, 20_000), dtype=[("a", object), ("b", object)])
+    for i in range(s.size):
+        s[0, i]["a"] = np.zeros((0, 0))
+        s[0, i]["b"] = np.array([[float(i)]]) if i % 3 else "text"
+    sio.savemat(path, {"s": s}, do_compression=True)
+    got = cost(path, "s")
+    assert got["seconds"] < 10, got  # was 8.6 s
+    assert got["peak_mib"] < 150, got
+    theirs = sio.loadmat(path)["s"]
+    m = npystore.open_mat(str(path))
+    for ours in (m["s"], m.load("s")):
+        assert ours.shape == (1, 20_000)
+        for i in range(0, 20_000, 997):
+            element = ours[0, i]
+            assert isinstance(element, MatStruct)
+            assert list(element) == ["a", "b"]
+            check_numpy(element["a"], theirs[0, i]["a"], f"s({i}).a")
+            if i % 3:
+                check_numpy(element["b"], theirs[0, i]["b"], f"s({i}).b")
+            else:
+                assert element["b"] == "text" == str(theirs[0, i]["b"][0])
+
+
+def write_v73_cell(path: Path, values: list[np.ndarray]) -> None:
+    """A MATLAB v7.3 cell of references, one dataset in #refs# per element."""
+    with h5py.File(path, "w", userblock_size=512, libver="earliest") as f:
+        refs = f.create_group("#refs#")
+        out = np.empty((len(values), 1), dtype=h5py.ref_dtype)
+        for i, value in enumerate(values):
+            d = refs.create_dataset(f"e{i}", data=value.T)  # HDF5 order: MATLAB's reversed
+            d.attrs["MATLAB_class"] = np.bytes_("double")
+            out[i, 0] = d.ref
+        c = f.create_dataset("c", data=out)  # MATLAB 1xN
+        c.attrs["MATLAB_class"] = np.bytes_("cell")
+    header = b"MATLAB 7.3 MAT-file, Platform: TEST, Created on: never HDF5 schema 1.00 ."
+    with path.open("r+b") as fh:
+        fh.write(header.ljust(116) + b" " * 8 + b"\x00\x02IM")
+
+
+def test_v73_cell_of_references(tmp_path: Path) -> None:
+    mat73 = pytest.importorskip("mat73")
+    path = tmp_path / "cell73.mat"
+    values = [np.array([[float(i), i / 2]]) if i % 2 else np.array([[float(i)]])
+              for i in range(3000)]  # fmt: skip
+    write_v73_cell(path, values)
+    got = cost(path, "c")
+    assert got["seconds"] < 10, got
+    assert got["peak_mib"] < 60, got  # an open HDF5 dataset per element costs ~18 KB
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = mat73.loadmat(str(path))["c"]
+    m = npystore.open_mat(str(path))
+    for ours in (m["c"], m.load("c")):
+        assert ours.shape == (1, 3000)
+        for i, value in enumerate(values):
+            check_numpy(ours[0, i], value, f"c{{{i}}}")
+            # mat73 squeezes: a 1x1 is a float, a 1x2 a 1-d array
+            np.testing.assert_array_equal(np.asarray(theirs[i]).reshape(-1), value.reshape(-1))
+
+
+def test_v5_file_of_200000_variables(tmp_path: Path) -> None:
+    path = tmp_path / "many.mat"
+    data = {f"v{i}": np.float64(i) if i % 2 else np.array([[i % 999, 7]], np.int16)
+            for i in range(200_000)}  # fmt: skip
+    sio.savemat(path, data)
+    got = cost(path, "*")
+    assert got["variables"] == 200_000
+    assert got["seconds"] < 20, got  # open was 11.2 s, then a tree per variable
+    assert got["peak_mib"] < 400, got
+    theirs = sio.loadmat(path)
+    m = npystore.open_mat(str(path))
+    assert list(m) == list(data)
+    for name in list(m)[::9973]:
+        ours = m.load(name)
+        assert isinstance(ours, np.ndarray)
+        np.testing.assert_array_equal(ours, theirs[name], strict=True)
+        np.testing.assert_array_equal(m[name].compute(), theirs[name], strict=True)
+        assert m.variables[name].dims == theirs[name].shape
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_v5_file_pickles_with_its_windows(tmp_path: Path, compress: bool) -> None:
+    """A MatFile goes to dask workers: the bytes kept from the open go with it."""
+    import pickle
+
+    path = tmp_path / "p.mat"
+    cell = np.empty((1, 40), dtype=object)
+    for i in range(40):
+        cell[0, i] = np.array([[i, 2.5]])
+    sio.savemat(path, {"c": cell, "x": np.arange(6.0).reshape(2, 3)}, do_compression=compress)
+    m = npystore.open_mat(str(path))
+    copy = pickle.loads(pickle.dumps(m))
+    assert list(copy) == ["c", "x"]
+    np.testing.assert_array_equal(copy.load("x"), np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(copy["x"].compute(), m["x"].compute())
+    for i in (0, 39):
+        np.testing.assert_array_equal(copy["c"][0, i], cell[0, i])
