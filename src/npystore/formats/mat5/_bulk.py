@@ -214,7 +214,7 @@ def quick_header(buf: _Bytes, q: int, end: int, order: str) -> QuickHeader | Non
     wanted); None when the layout is not the common one (opaque objects and old-style
     objects never are) or the generic parser would refuse it."""
     stop = len(buf)
-    stop = min(stop, end)
+    stop = end if end < stop else stop  # (not min(): called once per variable)
     if stop - q < _MIN_SIZE:
         return None
     ft, fn, word, _, dt, dn, d0, d1, w, n = _TEN[order].unpack_from(buf, q + 8)
@@ -260,7 +260,7 @@ def _with_name(
         if n > end - s or s + n > stop:
             return None
         nxt = s + n + (-n & 7)
-        nxt = min(nxt, end)
+        nxt = end if end < nxt else nxt
     if t not in (1, 2, MI_UTF8):
         return None
     if not n:
