@@ -1,20 +1,27 @@
-"""MAT v5 (``-v6``, ``-v7``) and v4 files through the fetch layer: listings and value trees.
+"""MAT v5 (``-v6``, ``-v7``) files through the fetch layer: listings and value trees (v4:
+:mod:`npystore.mat_v4`).
 
-Reading a Level-5 file (the parsers are :mod:`npystore.formats.mat5` and ``mat4``):
+Reading a Level-5 file (the parser is :mod:`npystore.formats.mat5`):
 
-1. The top-level element tags are walked in windows (256 KiB from byte 128, then 64 KiB at
-   each tag that was not in a window): one request for a file of small variables, one per
-   large variable otherwise. Nothing is inflated.
-2. The listing (:meth:`Mat5File.infos`) needs each variable's first bytes: uncompressed
-   ones are usually inside a window already; for ``miCOMPRESSED`` ones the first 4 KiB of
-   the zlib stream are fetched (one concurrent batch) and inflated only until the array
-   flags, dimensions and name are known.
+1. The top-level element tags are walked in windows (256 KiB from byte 128, then at each
+   tag that was not in a window: 64 KiB after a large element, doubling up to 4 MiB while
+   the elements are small): one request for a file of small variables, one per large
+   variable otherwise. The windows are kept.
+2. Each variable's header (name, class, dims) is read from the window its tag is in, in
+   the common layout by :func:`~npystore.formats.mat5.quick_header` (compressed ones:
+   their first 512 bytes inflated); the others' first bytes are fetched in one concurrent
+   batch and parsed the generic way. One tuple per variable is kept (a file may have
+   hundreds of thousands); :meth:`Mat5File.infos` makes the listing when asked, and
+   :meth:`Mat5File.loaded` decodes a small variable straight from its window.
 3. A variable's tree (:meth:`Mat5File.node`) reads its element without numeric data:
    uncompressed numeric values become byte ranges of the file (:class:`RawExtent`);
    compressed variables of up to :data:`INFLATE_WHOLE` bytes are inflated once (Adler-32
-   checked) and their leaves held in memory; larger ones are parsed from an inflated
-   prefix that grows by doubling, and their numeric leaves stay inside the zlib stream
-   (:class:`DeflatedExtent`: read from a checkpoint index, or sequentially, on demand).
+   checked) and their leaves held in memory, and those inside cells and structs of at most
+   :data:`~npystore.mattree.EAGER_BYTES` decoded while parsing (as are those of
+   uncompressed variables of at most :data:`READ_WHOLE` bytes); larger ones are parsed
+   from an inflated prefix that grows by doubling, and their numeric leaves stay inside
+   the zlib stream (:class:`DeflatedExtent`: read from a checkpoint index, or
+   sequentially, on demand).
 """
 
 from __future__ import annotations
@@ -25,17 +32,12 @@ import zlib
 from collections.abc import Collection
 from typing import Any, Final
 
-import numpy as np
-
-from npystore.access import LayoutArray
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader
-from npystore.formats import deflate, mat4, mat5
+from npystore.formats import deflate, mat5
 from npystore.formats.mat5 import DataRef, MatHeader, NeedMoreBytes, VariableEntry
 from npystore.inflate import inflate_into, inflate_range
 from npystore.layout import (
-    ArrayLayout,
-    ConvertedExtent,
     DeflatedExtent,
     DeflatedMember,
     IndexSlot,
@@ -43,19 +45,16 @@ from npystore.layout import (
     RawExtent,
     Storage,
 )
-from npystore.mat_v5_build import Builder, char_value
+from npystore.mat_v5_build import Builder
 from npystore.mattree import (
     EAGER_BYTES,
-    CharLeaf,
     MatInfo,
     MatNode,
-    NumericLeaf,
-    SparseLeaf,
     ValueLeaf,
     row_leaf,
 )
 
-__all__ = ["INFLATE_WHOLE", "Mat4File", "Mat5File", "mat5_pair"]
+__all__ = ["INFLATE_WHOLE", "Mat5File", "mat5_pair"]
 
 #: First window of tags read after the header.
 FIRST_WINDOW: Final = 256 * 2**10
@@ -539,101 +538,3 @@ def _inflate_small(stream: memoryview | bytes) -> bytes | None:
     if not d.eof or d.unused_data:
         return None
     return out
-
-
-class Mat4File:
-    """A Level-4 MAT-file (no header; both byte orders) read through a reader.
-
-    v4 files are small by nature (no compression, no containers): the matrix headers are
-    walked in windows; numeric values stay byte ranges of the file.
-    """
-
-    version = "4"
-    header_text = ""
-
-    def __init__(self, reader: RangeReader) -> None:
-        self.reader = reader
-        self.source = reader.url
-        matrices: list[mat4.V4Matrix] = []
-        pos: int | None = 0
-        size = FIRST_WINDOW
-        while pos is not None and pos < reader.size:
-            window = reader.read(pos, min(reader.size, pos + size))
-            found, pos = mat4.scan_v4(window, pos, reader.size, source=reader.url)
-            matrices.extend(found)
-            size = WINDOW
-        self._matrices: dict[str, mat4.V4Matrix] = {}
-        for m in matrices:
-            if m.name in self._matrices:
-                raise FormatError(f"{reader.url}: variable {m.name!r} appears twice")
-            self._matrices[m.name] = m
-
-    def names(self) -> list[str]:
-        """The matrices' names, in file order."""
-        return list(self._matrices)
-
-    def loaded(self, name: str) -> MatNode | None:
-        """None: a v4 matrix is always read through its :meth:`node`."""
-        del name
-        return None
-
-    def infos(self) -> dict[str, MatInfo]:
-        """The matrices, in file order (a sparse matrix's size is in its data: read it)."""
-        out: dict[str, MatInfo] = {}
-        for name, m in self._matrices.items():
-            dims: tuple[int, ...] = m.dims
-            if m.is_sparse:
-                node = self.node(name)
-                dims = node.dims
-            out[name] = MatInfo(name, m.matlab_class, dims, m.is_sparse, m.dtype.kind == "c")
-        return out
-
-    def node(self, name: str) -> MatNode:
-        """One matrix as a tree leaf."""
-        m = self._matrices.get(name)
-        if m is None:
-            raise KeyError(f"{self.source}: no variable {name!r}")
-        path = f"{self.source}:{name}"
-        if m.kind == "full":
-            dtype = m.dtype
-            shape = m.dims
-            if m.imag is None and m.real.stored_dtype == dtype:
-                storage: Storage = RawExtent(m.real.offset, m.real.nbytes)
-            else:
-                storage = ConvertedExtent(
-                    ArrayLayout(m.real.stored_dtype, shape, "F",
-                                RawExtent(m.real.offset, m.real.nbytes)),
-                    None if m.imag is None else ArrayLayout(
-                        m.imag.stored_dtype, shape, "F", RawExtent(m.imag.offset, m.imag.nbytes)
-                    ),
-                )  # fmt: skip
-            arr = LayoutArray(self.reader, ArrayLayout(dtype, shape, "F", storage), source=path)
-            return NumericLeaf(arr, "double", shape)
-        start = m.real.offset
-        stop = (m.imag or m.real).end
-        data = self.reader.read(start, stop)
-        if m.kind == "text":
-            value = m.decode(data, start, as_strings=True)
-            codes = m.real.view(data, start).astype(np.uint32).reshape(m.dims, order="F")
-            return CharLeaf(char_value(value), codes, m.dims)
-        coo = m.decode(data, start)
-        csc = coo.tocsc()
-        csc.sort_indices()
-
-        def inline(values: np.ndarray[Any, Any], label: str) -> LayoutArray:
-            values = np.ascontiguousarray(values)
-            layout = ArrayLayout(values.dtype, values.shape, "F", InlineExtent(values.tobytes()))
-            return LayoutArray(self.reader, layout, source=f"{path}.{label}")
-
-        dims = (int(csc.shape[0]), int(csc.shape[1]))
-        return SparseLeaf(
-            dims,
-            "double",
-            inline(csc.data, "data"),
-            inline(csc.indices.astype(np.int64), "ir"),
-            inline(csc.indptr.astype(np.int64), "jc"),
-            csc.dtype.kind == "c",
-        )
-
-    def close(self) -> None:
-        """Nothing to release."""

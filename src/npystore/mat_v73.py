@@ -142,7 +142,8 @@ class Mat73File:
     def names(self) -> list[str]:
         """The variables' names, in the file's (HDF5 link) order."""
         self._check_open()
-        return self._tree.names()
+        with hdf5_errors(f"{self.source}: listing the variables"):
+            return self._tree.names()
 
     def loaded(self, name: str) -> MatNode | None:
         """None: a v7.3 variable is always read through its :meth:`node`."""

@@ -289,7 +289,8 @@ def _mat_reader(reader: RangeReader, prefix: bytes, max_depth: int) -> MatReader
             raise missing_dependency("h5py", "mat", what, exc) from exc
         return Mat73File(reader, max_depth=max_depth, prefix=prefix)
     header = mat5.parse_header(prefix, source=reader.url, file_size=reader.size)
-    from npystore.mat_v5 import Mat4File, Mat5File  # noqa: PLC0415
+    from npystore.mat_v4 import Mat4File  # noqa: PLC0415
+    from npystore.mat_v5 import Mat5File  # noqa: PLC0415
 
     if header.version == 4:
         return Mat4File(reader)

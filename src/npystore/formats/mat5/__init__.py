@@ -105,11 +105,11 @@ those listed before it:
 - ``_parse``: :func:`parse_variable`, the whole tree (step 3)
 - ``_bulk`` (imported by ``_nodes`` and ``_parse``, importing ``_tags`` and ``_char``): the
   fast paths for many small matrices, :func:`quick_header` (a listing) and
-  :func:`quick_leaf` (small values decoded with their container)
+  :func:`quick_leaf` (small values decoded with their container); ``_vector`` (importing
+  ``_bulk``): many siblings decoded together with numpy
 """
 
 from npystore.formats.mat5._bulk import (
-    VECTOR_MIN,
     DecodedChars,
     QuickHeader,
     quick_chars,
@@ -153,6 +153,7 @@ from npystore.formats.mat5._tags import (
     TAG_SIZE,
     DataRef,
 )
+from npystore.formats.mat5._vector import VECTOR_MIN
 from npystore.formats.zipdir import NeedMoreBytes
 
 __all__ = [

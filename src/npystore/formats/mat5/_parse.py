@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from npystore.errors import FormatError, UnsupportedError
-from npystore.formats.mat5._bulk import DecodedChars, decode_children
+from npystore.formats.mat5._bulk import DecodedChars
 from npystore.formats.mat5._char import CharArray, char_dims_problem
 from npystore.formats.mat5._meta import MatrixHeader, _read_field_names, _read_header
 from npystore.formats.mat5._nodes import (
@@ -46,6 +46,7 @@ from npystore.formats.mat5._tags import (
     _mi,
     _Reader,
 )
+from npystore.formats.mat5._vector import decode_children
 from npystore.formats.shapes import check_shape
 from npystore.formats.zipdir import NeedMoreBytes
 
@@ -250,7 +251,7 @@ def _parse_children(
     names the i-th in messages): the walk shared by cell elements and struct fields.
 
     With ``r.decode_below`` and the elements in one segment, small leaves of the common
-    layout are decoded by :func:`~npystore.formats.mat5._bulk.decode_children` (no
+    layout are decoded by :func:`~npystore.formats.mat5._vector.decode_children` (no
     per-subelement objects); the others go through the generic parser.
     """
     nodes: list[MatNode] = []
