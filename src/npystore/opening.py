@@ -306,7 +306,6 @@ async def _info_attempts(fs: Any, path: str, name: str, budget: float) -> Mappin
     problem: BaseException | str | None = None
     spent = 0.0
     made = 0
-    out = False
     for attempt in range(REMOTE_ATTEMPTS):
         began = loop.time()
         made += 1
@@ -327,15 +326,11 @@ async def _info_attempts(fs: Any, path: str, name: str, budget: float) -> Mappin
             problem = remote.cut(loop.time() - began, made) if deadline.expired() else exc
         else:
             return got
-        if attempt == REMOTE_ATTEMPTS - 1:
+        waited = await remote.wait_to_retry(attempt, REMOTE_ATTEMPTS, spent, budget)
+        if waited is None:
             break
-        delay = remote.backoff_delay(attempt)
-        if spent + delay >= budget:
-            out = True
-            break
-        await asyncio.sleep(delay)
-        spent += delay
-    out = out or spent >= budget
+        spent = waited
+    out = made < REMOTE_ATTEMPTS or spent >= budget  # stopped early: the budget ran out
     raise remote.failure(name, "the object's size and identity", made, budget, problem, out=out)
 
 
@@ -367,7 +362,6 @@ async def _s3_opening(
     problem: BaseException | str | None = None
     spent = 0.0
     made = 0
-    out = False
     for attempt in range(REMOTE_ATTEMPTS):
         began = loop.time()
         made += 1
@@ -419,13 +413,9 @@ async def _s3_opening(
                     "VersionId": answered,
                 }
                 return info, part
-        if attempt == REMOTE_ATTEMPTS - 1:
+        waited = await remote.wait_to_retry(attempt, REMOTE_ATTEMPTS, spent, budget)
+        if waited is None:
             break
-        delay = remote.backoff_delay(attempt)
-        if spent + delay >= budget:
-            out = True
-            break
-        await asyncio.sleep(delay)
-        spent += delay
-    out = out or spent >= budget
+        spent = waited
+    out = made < REMOTE_ATTEMPTS or spent >= budget  # stopped early: the budget ran out
     raise remote.failure(name, f"bytes {span} at open", made, budget, problem, out=out)

@@ -37,6 +37,7 @@ __all__ = [
     "READ_BUDGET",
     "REMOTE_ATTEMPTS",
     "backoff_delay",
+    "wait_to_retry",
     "budget_from",
     "describe",
     "is_fatal",
@@ -104,6 +105,21 @@ def describe(problem: BaseException | str | None) -> str:
 def is_fatal(exc: BaseException) -> bool:
     """Whether retrying ``exc`` is pointless (a bug, a configuration error, a changed object)."""
     return isinstance(exc, _FATAL)
+
+
+async def wait_to_retry(attempt: int, attempts: int, spent: float, budget: float) -> float | None:
+    """Sleep the backoff after attempt ``attempt`` (0-based) when another attempt fits in
+    ``attempts`` and in the ``budget`` (seconds, ``spent`` used so far): the seconds spent
+    then; ``None`` when the attempts or the budget are used up (the caller gives up).
+
+    The one pause of every retry loop (range reads and the opening requests)."""
+    if attempt == attempts - 1:
+        return None
+    delay = backoff_delay(attempt)
+    if spent + delay >= budget:
+        return None
+    await asyncio.sleep(delay)
+    return spent + delay
 
 
 def backoff_delay(attempt: int) -> float:
@@ -220,7 +236,6 @@ async def _read_one(
     spent = 0.0
     problem: BaseException | str | None = None
     made = 0
-    out = False
     for attempt in range(attempts):
         async with sem if sem is not None else contextlib.nullcontext():
             began = loop.time()
@@ -243,13 +258,9 @@ async def _read_one(
                 problem = f"got {len(data)} bytes, expected {want}"
             finally:
                 spent += loop.time() - began
-        if attempt == attempts - 1:
+        waited = await wait_to_retry(attempt, attempts, spent, budget)
+        if waited is None:
             break
-        delay = backoff_delay(attempt)
-        if spent + delay >= budget:
-            out = True
-            break
-        await asyncio.sleep(delay)
-        spent += delay
-    out = out or spent >= budget
+        spent = waited
+    out = made < attempts or spent >= budget  # stopped early: the budget ran out
     raise failure(url, f"bytes [{start}, {stop})", made, budget, problem, out=out)
