@@ -22,6 +22,7 @@ import pytest
 import scipy.sparse as sp
 
 import mat_corpus
+import npystore
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader, open_reader
 from npystore.mat_v73 import Mat73File
@@ -761,16 +762,51 @@ def test_empty_values_of_dims_numpy_cannot_hold(tmp_path: Path) -> None:
     assert time.perf_counter() - t0 < 10
 
 
-def test_plain_hdf5_and_global_variables(tmp_path: Path) -> None:
+def test_plain_hdf5_is_refused_everywhere(tmp_path: Path) -> None:
+    """An HDF5 file without the MAT-file header is not read with MATLAB's semantics (its
+    100-element dataset would come back 100x1 double): every entry point refuses it, naming
+    the file and what to use instead."""
+    import xarray as xr
+
+    from npystore.cli import main
+
     path = tmp_path / "plain.h5"
     with h5py.File(path, "w") as f:
-        f["v"] = np.arange(5.0)  # no MATLAB_class, 1-D
+        f["v"] = np.arange(100.0)
+    expected = r"plain\.h5: a plain HDF5 file, not a MATLAB v7\.3 MAT-file.*h5py"
+    for opener in (open73, npystore.open_mat, npystore.open, npystore.open_store):
+        with pytest.raises(UnsupportedError, match=expected):
+            opener(path if opener is open73 else str(path))
+    with pytest.raises(UnsupportedError, match=expected):
+        xr.open_dataset(path, engine="npystore")
+    assert main(["info", str(path)]) != 0
+    # the same bytes behind a MATLAB user block are a MAT-file
+    with mat_file(tmp_path / "m.mat") as f:
+        f["v"] = np.arange(100.0)
+    stamp(tmp_path / "m.mat")
+    with open73(tmp_path / "m.mat") as m:
+        assert m.infos()["v"].dims == (100, 1)
+
+
+def test_headerless_hdf5_with_other_user_block_is_not_a_mat_file(tmp_path: Path) -> None:
+    path = tmp_path / "ub.h5"
+    with mat_file(path) as f:
+        f["v"] = np.arange(3.0)
+    with pytest.raises(FormatError, match=r"ub\.h5: not a MATLAB v7\.3 MAT-file"):
+        open73(path)
+
+
+def test_global_variables(tmp_path: Path) -> None:
+    path = tmp_path / "g.mat"
+    with mat_file(path) as f:
+        f["v"] = np.arange(5.0)  # no MATLAB_class, 1-D (hdf5storage writes such)
         f["scalar"] = np.int16(4)
         g = f.create_dataset("g", data=np.ones((2, 1)))
         g.attrs["MATLAB_class"] = np.bytes_("double")
         g.attrs["MATLAB_global"] = np.uint8(1)
+    stamp(path)
     with open73(path) as m:
-        assert m.header_text == ""
+        assert m.header_text.startswith("MATLAB 7.3 MAT-file")
         infos = m.infos()
         assert (infos["v"].matlab_class, infos["v"].dims) == ("double", (5, 1))
         assert infos["g"].is_global

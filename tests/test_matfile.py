@@ -499,3 +499,97 @@ def test_s3_v73_open_and_describe_with_30ms_latency(tmp_path: Path, s3: Any) -> 
     assert "3000x400" in text
     assert "label" in text
     assert elapsed < 1.0, f"{elapsed:.2f} s"
+
+
+# ------------------------------------------------------- error texts, invalid UTF-8, graphs
+
+
+def _invalid_utf8_file(path: Path, compress: bool) -> None:
+    """scipy writes chars as miUTF8; each "é" (2 bytes) becomes 0xFF 0xA9: invalid UTF-8."""
+    sio.savemat(
+        path,
+        {"s": "abcé", "c": np.array([["xé", "yy"]], dtype=object), "ok": "fine"},
+        do_compression=False,
+    )
+    data = path.read_bytes()
+    assert data.count("é".encode()) == 2
+    path.write_bytes(data.replace("é".encode(), b"\xff\xa9"))
+    if compress:  # the same elements, each in a miCOMPRESSED element
+        raw = bytearray(path.read_bytes())
+        out = bytearray(raw[:128])
+        pos = 128
+        while pos < len(raw):
+            size = int.from_bytes(raw[pos + 4 : pos + 8], "little")
+            element = bytes(raw[pos : pos + 8 + size])
+            packed = zlib.compress(element)
+            out += (15).to_bytes(4, "little") + len(packed).to_bytes(4, "little") + packed
+            pos += 8 + size
+        path.write_bytes(bytes(out))
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_invalid_utf8_strict_names_the_file_and_replace_matches_scipy(
+    tmp_path: Path, compress: bool
+) -> None:
+    path = tmp_path / "u8.mat"
+    _invalid_utf8_file(path, compress)
+    m = npystore.open_mat(str(path))
+    assert m["ok"] == "fine"
+    with pytest.raises(FormatError, match=r"u8\.mat:s: char variable 's': invalid UTF-8 at byte 3"):
+        m["s"]
+    with pytest.raises(FormatError, match=r"u8\.mat:c\{0\}: .*char_errors='replace'"):
+        m.load("c")
+    oracle = sio.loadmat(path)
+    r = npystore.open_mat(str(path), char_errors="replace")
+    assert r["s"] == oracle["s"][0] == "abc\ufffd"
+    cells = r.load("c")
+    assert [cells[0, 0], cells[0, 1]] == [oracle["c"][0, 0][0], oracle["c"][0, 1][0]]
+    with pytest.raises(ValueError, match="char_errors='ignore'"):
+        npystore.open_mat(str(path), char_errors="ignore")  # type: ignore[arg-type]
+
+
+def test_corrupt_zlib_stream_names_the_mat_element(tmp_path: Path) -> None:
+    """A corrupt stream that inflates to more than the variable's tag says: the message
+    names the miMATRIX tag, not a ZIP directory."""
+    a = np.random.default_rng(0).random((300, 200))
+    path = tmp_path / "cz.mat"
+    sio.savemat(path, {"a": a}, do_compression=True)
+    data = bytearray(path.read_bytes())
+    for i in range(len(data) // 2, len(data) // 2 + 40):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(FormatError) as info:
+        npystore.open_mat(str(path))["a"].compute()
+    text = str(info.value)
+    assert text.startswith(f"{path}:a: ")
+    assert "ZIP" not in text
+    assert "miMATRIX tag inside the miCOMPRESSED element at offset 128" in text or (
+        "corrupt deflate data" in text
+    )
+
+
+@pytest.mark.parametrize("nbytes", [10 * 2**20, 100 * 2**10])
+def test_compressed_values_stay_out_of_the_graph(tmp_path: Path, nbytes: int) -> None:
+    """A compressed variable inflated whole at open (up to INFLATE_WHOLE) is read inside
+    the tasks: its graph holds where the values are, not the values (it held 10 MB)."""
+    import pickle
+
+    from npystore import mat_v5
+
+    n = nbytes // 8
+    assert nbytes <= mat_v5.INFLATE_WHOLE
+    a = np.random.default_rng(1).random((n // 250, 250))
+    path = tmp_path / "g.mat"
+    sio.savemat(path, {"a": a, "cell": np.array([[a[:300], np.ones(3)]], dtype=object)},
+                do_compression=True)  # fmt: skip
+    m = npystore.open_mat(str(path), chunks=(n // 1000, -1))
+    x = m["a"]
+    graph = pickle.dumps(dict(x.__dask_graph__()))
+    assert len(graph) < 64 * 2**10, len(graph)
+    np.testing.assert_array_equal(x.compute(), a)
+    # a copy (what a worker gets) re-inflates what it reads
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(x))[5:9].compute(), a[5:9])
+    np.testing.assert_array_equal(m.load("a"), a)
+    cell = m["cell"]
+    np.testing.assert_array_equal(cell[0, 0].compute(), a[:300])
+    assert len(pickle.dumps(cell[0, 0])) < 64 * 2**10

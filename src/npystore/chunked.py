@@ -31,9 +31,9 @@ from typing import Any, Final
 
 import numpy as np
 
-from npystore.errors import FormatError
+from npystore.errors import FormatError, missing_dependency
 from npystore.fetch import RangeReader
-from npystore.formats.h5filters import decode_chunk
+from npystore.formats.h5filters import decode_chunk, unsupported_filters
 from npystore.layout import ArrayLayout, ChunkedExtent, Hyperslab
 
 __all__ = ["read_chunked"]
@@ -252,6 +252,8 @@ class _Reading:
         self.source = source
         self.parallel = parallel
         self.chunk_nbytes = math.prod(storage.chunk_shape) * layout.dtype.itemsize
+        #: the filters npystore does not undo itself (decoded by libhdf5, :mod:`h5decode`)
+        self.foreign = unsupported_filters(storage.filters)
         dtype = layout.dtype
         self.fill: np.ndarray[Any, Any] = (
             np.frombuffer(storage.fill, dtype=dtype).reshape(())
@@ -386,6 +388,26 @@ class _Reading:
         for t in tasks:
             self._decode_one(*t)
 
+    def _decode_foreign(self, data: memoryview, mask: int, where: str) -> np.ndarray[Any, Any]:
+        """A chunk whose pipeline holds a filter npystore does not undo: libhdf5 decodes it."""
+        try:
+            from npystore.h5decode import decode_with_libhdf5  # noqa: PLC0415 - needs h5py
+        except ImportError as exc:
+            raise missing_dependency(
+                "h5py", "mat", f"{where}: decoding HDF5 filters {self.foreign}", exc
+            ) from exc
+        fortran = self.layout.order == "F"
+        shape = self.storage.chunk_shape
+        decoded = decode_with_libhdf5(
+            data,
+            self.storage.filters,
+            mask,
+            dtype=self.layout.dtype,
+            chunk_shape=tuple(reversed(shape)) if fortran else shape,
+            source=where,
+        )
+        return decoded.T if fortran else decoded
+
     def _active(self, mask: int) -> bool:
         return any(not (mask >> i) & 1 for i in range(len(self.storage.filters)))
 
@@ -393,6 +415,12 @@ class _Reading:
         nbytes = self.chunk_nbytes
         where = f"{self.source}: chunk {self._grid_index(pos)}"
         decoded: bytes | memoryview
+        chunk: np.ndarray[Any, Any]
+        if self._active(mask) and self.foreign:
+            chunk = self._decode_foreign(data, mask, where)
+            out_sl, local_sl = self._slices(pos)
+            self.out[out_sl] = chunk[local_sl]
+            return
         if self._active(mask):
             decoded = decode_chunk(
                 data,
@@ -408,7 +436,7 @@ class _Reading:
             )
         else:
             decoded = data
-        chunk: np.ndarray[Any, Any] = np.ndarray(
+        chunk = np.ndarray(
             self.storage.chunk_shape,
             dtype=self.layout.dtype,
             buffer=decoded,

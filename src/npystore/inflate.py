@@ -281,7 +281,7 @@ def _check_full_pass(
 ) -> None:
     if total != member.uncompressed_size:
         raise FormatError(
-            f"{source}: inflated to {total} bytes, the ZIP directory says "
+            f"{source}: inflated to {total} bytes, {member.sized_by} says "
             f"{member.uncompressed_size}"
         )
     if member.adler32 is not None and adler != member.adler32:
@@ -370,7 +370,8 @@ def _stream(
             data = d.unconsumed_tail
             if produced + len(chunk) > size:
                 raise FormatError(
-                    f"{source}: inflates to more than the {size} bytes the ZIP directory says"
+                    f"{source}: inflates to more than the {size} bytes {member.sized_by} says "
+                    "(corrupt or mismatched deflate data)"
                 )
             lo, hi = max(produced, skip), min(produced + len(chunk), want)
             if hi > lo:
@@ -424,6 +425,10 @@ def inflate_range_into(
     if not 0 <= start <= stop <= member.uncompressed_size:
         raise ValueError(f"range [{start}, {stop}) outside {member.uncompressed_size} bytes")
     if start == stop:
+        return
+    kept = slot.inflated()
+    if kept is not None:
+        out[:] = memoryview(kept)[start:stop]
         return
     if member.compressed_size <= SMALL_MEMBER or (
         slot.get() is None and stop <= member.uncompressed_size // HEAD_FRACTION

@@ -103,6 +103,9 @@ class DeflatedMember:
         MAT-file's zlib stream, checked with ``adler32`` instead).
     adler32 : int or None
         Adler-32 of the uncompressed data (the trailer of a zlib stream), when known.
+    sized_by : str
+        What declared ``uncompressed_size``, for messages ("the ZIP directory", a MAT-file's
+        "miMATRIX tag").
     """
 
     name: str
@@ -111,13 +114,15 @@ class DeflatedMember:
     uncompressed_size: int
     crc32: int | None
     adler32: int | None = None
+    sized_by: str = "the ZIP directory"
 
 
 class IndexSlot:
     """A member's checkpoint index: empty until built, built at most once per process.
 
     Pickles with its current content (an index built on the client travels with the graph);
-    the lock does not travel.
+    the lock does not travel, nor does a member's inflated bytes kept in this process
+    (:meth:`keep`): a graph stays small, and a worker inflates what it reads itself.
     """
 
     def __init__(self, index: DeflateIndex | None = None, cache_dir: str | None = None) -> None:
@@ -125,6 +130,15 @@ class IndexSlot:
         #: Local directory where indexes are kept between processes and sessions (or None).
         self.cache_dir = cache_dir
         self._lock = threading.Lock()
+        self._inflated: bytes | None = None
+
+    def keep(self, inflated: bytes) -> None:
+        """Keep the whole member's inflated (and checked) bytes for reads in this process."""
+        self._inflated = inflated
+
+    def inflated(self) -> bytes | None:
+        """The member's inflated bytes, when kept in this process (:meth:`keep`)."""
+        return self._inflated
 
     def __reduce__(self) -> tuple[Callable[..., IndexSlot], tuple[Any, ...]]:
         return (IndexSlot, (self._index, self.cache_dir))

@@ -16,8 +16,10 @@ Reading a Level-5 file (the parser is :mod:`npystore.formats.mat5`):
 3. A variable's tree (:meth:`Mat5File.node`) reads its element without numeric data:
    uncompressed numeric values become byte ranges of the file (:class:`RawExtent`);
    compressed variables of up to :data:`INFLATE_WHOLE` bytes are inflated once (Adler-32
-   checked) and their leaves held in memory, and those inside cells and structs of at most
-   :data:`~npystore.mattree.EAGER_BYTES` decoded while parsing (as are those of
+   checked) and parsed in memory: leaves of at most :data:`~npystore.mattree.EAGER_BYTES`
+   are held as values (those inside cells and structs decoded while parsing), larger ones
+   as ranges of the zlib stream (:class:`DeflatedExtent`, read from the inflated bytes kept
+   in this process, so a dask graph never carries them) (as are those of
    uncompressed variables of at most :data:`READ_WHOLE` bytes); larger ones are parsed
    from an inflated prefix that grows by doubling, and their numeric leaves stay inside
    the zlib stream (:class:`DeflatedExtent`: read from a checkpoint index, or
@@ -128,6 +130,7 @@ class _Source:
             size,
             None,
             int.from_bytes(trailer, "big"),
+            sized_by=f"the miMATRIX tag inside the miCOMPRESSED element at offset {e.offset}",
         )
 
     def grow(self, stop: int) -> None:
@@ -148,6 +151,7 @@ class _Source:
         buf = bytearray(member.uncompressed_size)
         inflate_into(self.reader, member, memoryview(buf))
         self.whole = bytes(buf)
+        self.slot.keep(self.whole)
 
     # -- ranges ----------------------------------------------------------------------------
 
@@ -167,10 +171,12 @@ class _Source:
         """Where a leaf's values are, as layout storage."""
         if not self.entry.compressed:
             return RawExtent(ref.offset, ref.nbytes)
-        if self.whole is not None:
+        if self.whole is not None and ref.nbytes <= EAGER_BYTES:
             return InlineExtent(self.whole[ref.offset : ref.end])
         if self.member is None:  # pragma: no cover
             raise RuntimeError("stream not opened")
+        # larger values stay in the stream: a graph holds where they are, not the bytes
+        # (read from the inflated bytes kept in this process, re-inflated by a worker)
         return DeflatedExtent(self.member, ref.offset, ref.nbytes, self.slot)
 
 
@@ -202,16 +208,26 @@ class Mat5File:
         Its parsed header (version 5).
     max_depth : int
         Most nesting levels of cells/structs below a variable.
+    char_errors : {"strict", "replace"}
+        Invalid UTF-8 in char arrays: refused, or read as U+FFFD.
     """
 
     version = "5"
 
-    def __init__(self, reader: RangeReader, header: MatHeader, *, max_depth: int = 64) -> None:
+    def __init__(
+        self,
+        reader: RangeReader,
+        header: MatHeader,
+        *,
+        max_depth: int = 64,
+        char_errors: mat5.CharErrors = "strict",
+    ) -> None:
         self.reader = reader
         self.header = header
         self.source = reader.url
         self.header_text = header.text
         self.max_depth = max_depth
+        self.char_errors: mat5.CharErrors = char_errors
         self._windows = _Windows()
         #: name -> (offset, total size, compressed, array flags, dims, header size) of its
         #: element (a file may have hundreds of thousands: one tuple each; the header size
@@ -391,7 +407,7 @@ class Mat5File:
         e = self._entry(name)
         src = _Source(self.reader, e, name, self.header.byte_order)
         variable = self._parse(src)
-        return Builder(src, self.reader).build(variable.value, name)
+        return Builder(src, self.reader, self.char_errors).build(variable.value, name)
 
     def loaded(self, name: str) -> MatNode | None:
         """A small numeric or char variable decoded straight from the bytes read at open

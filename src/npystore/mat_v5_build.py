@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from npystore.access import LayoutArray
+from npystore.errors import FormatError
 from npystore.fetch import RangeReader
 from npystore.formats import mat5
 from npystore.formats.mat5 import DataRef
@@ -46,9 +47,12 @@ class Source(Protocol):
 class Builder:
     """Turns a parsed v5 tree into a :data:`~npystore.mattree.MatNode` tree."""
 
-    def __init__(self, src: Source, reader: RangeReader) -> None:
+    def __init__(
+        self, src: Source, reader: RangeReader, char_errors: mat5.CharErrors = "strict"
+    ) -> None:
         self.src = src
         self.reader = reader
+        self.char_errors: mat5.CharErrors = char_errors
 
     def array(self, dtype: np.dtype[Any], shape: tuple[int, ...], storage: Storage,
               path: str) -> LayoutArray:  # fmt: skip
@@ -121,8 +125,13 @@ class Builder:
             return NumericLeaf(arr, node.matlab_class, node.dims)
         if isinstance(node, mat5.CharArray):
             data = self.src.read(node.data.offset, node.data.end)
-            units = node.code_units(data, node.data.offset)
-            value = node.decode(data, node.data.offset, as_strings=True)
+            try:
+                units = node.code_units(data, node.data.offset, errors=self.char_errors)
+                value = node.decode(
+                    data, node.data.offset, as_strings=True, errors=self.char_errors
+                )
+            except FormatError as exc:  # name the file and the variable's path in it
+                raise FormatError(f"{self.reader.url}:{path}: {exc}") from None
             return CharLeaf(char_value(value), units.reshape(node.dims, order="F"), node.dims)
         if isinstance(node, mat5.SparseArray):
             return self.sparse(node, path)

@@ -35,7 +35,7 @@ import numpy as np
 from npystore.access import LayoutArray
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader
-from npystore.formats import mat73
+from npystore.formats import mat5, mat73
 from npystore.h5meta import H5Meta
 from npystore.h5safe import Guard, SafeDataset, object_identity, safe_root
 from npystore.hdf5 import chunk_table, dataset_layout, hdf5_errors, open_h5
@@ -87,13 +87,16 @@ class Mat73File:
     version : str
         ``"7.3"``.
     header_text : str
-        The user block's descriptive text (its first 116 bytes), stripped; ``""`` for a
-        plain HDF5 file.
+        The user block's descriptive text (its first 116 bytes), stripped.
 
     Raises
     ------
     FormatError
         Not a readable HDF5 file.
+    UnsupportedError
+        A plain HDF5 file: one without the 128-byte MAT-file header (version 0x0200) in its
+        user block. MATLAB's shapes and types (column-major dims, ``MATLAB_class``) are not
+        HDF5's, and a file that does not say it is a MAT-file is not read as one.
     """
 
     version = "7.3"
@@ -103,9 +106,9 @@ class Mat73File:
     ) -> None:
         self.reader = reader
         self.source = reader.url
-        if prefix is None or len(prefix) < min(reader.size, HEADER_TEXT_SIZE):
-            prefix = reader.read(0, min(reader.size, HEADER_TEXT_SIZE))
-        self.header_text = _header_text(prefix)
+        if prefix is None or len(prefix) < min(reader.size, mat5.HEADER_SIZE):
+            prefix = reader.read(0, min(reader.size, mat5.HEADER_SIZE))
+        self.header_text = _header_text(prefix, self.source)
         self._h5 = open_h5(reader)
         base = H5Meta.for_reader(reader).base or 0
         guard = Guard(
@@ -261,9 +264,15 @@ def _reopen(reader: RangeReader, max_depth: int) -> Mat73File:
     return Mat73File(reader, max_depth=max_depth)
 
 
-def _header_text(prefix: bytes) -> str:
-    if prefix.startswith(_HDF5_SIGNATURE):
-        return ""
+def _header_text(prefix: bytes, source: str) -> str:
+    """The MAT-file header's text; a plain HDF5 file (no header) is refused."""
+    if not mat5.is_v73(prefix):
+        if prefix.startswith(_HDF5_SIGNATURE):
+            raise UnsupportedError(mat5.plain_hdf5_refused(source))
+        raise FormatError(
+            f"{source}: not a MATLAB v7.3 MAT-file: its first 128 bytes are not a MAT-file "
+            f"header with version 0x0200 (first bytes {prefix[:20]!r})"
+        )
     return prefix[:HEADER_TEXT_SIZE].decode("latin-1").strip(" \x00")
 
 

@@ -23,10 +23,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from npystore.errors import FormatError, missing_dependency
+from npystore.errors import FormatError, UnsupportedError, missing_dependency
 from npystore.faces.dask import DEFAULT_MAX_CHUNKS, ChunksSpec, to_dask
 from npystore.fetch import RangeReader, open_reader
 from npystore.formats import mat5
+from npystore.formats.mat5 import CharErrors
 from npystore.mattree import MatInfo, MatNode, NumericLeaf, ValueLeaf, to_value
 
 if TYPE_CHECKING:
@@ -214,6 +215,7 @@ def open_mat(
     squeeze: bool = False,
     max_depth: int = 64,
     max_chunks: int = DEFAULT_MAX_CHUNKS,
+    char_errors: CharErrors = "strict",
 ) -> MatFile:
     """Open a MATLAB .mat file (v7.3, v7, v6 or v4) as a mapping of lazy values.
 
@@ -237,6 +239,10 @@ def open_mat(
     max_chunks : int
         Most chunks (one dask task each) a numeric variable's array may have (default
         1,000,000), checked before its graph is built.
+    char_errors : {"strict", "replace"}
+        Invalid UTF-8 in a char variable (v6/v7 files store chars as UTF-8): ``"strict"``
+        raises FormatError naming the variable and the byte; ``"replace"`` reads each
+        invalid sequence as U+FFFD, as ``scipy.io.loadmat`` does.
 
     Returns
     -------
@@ -258,7 +264,13 @@ def open_mat(
     reader = open_reader(url, storage_options, head=OPEN_HEAD)
     prefix = reader.read(0, min(reader.size, PREFIX_SIZE))
     return mat_from_reader(
-        reader, prefix, chunks=chunks, squeeze=squeeze, max_depth=max_depth, max_chunks=max_chunks
+        reader,
+        prefix,
+        chunks=chunks,
+        squeeze=squeeze,
+        max_depth=max_depth,
+        max_chunks=max_chunks,
+        char_errors=char_errors,
     )
 
 
@@ -270,18 +282,25 @@ def mat_from_reader(
     squeeze: bool = False,
     max_depth: int = 64,
     max_chunks: int = DEFAULT_MAX_CHUNKS,
+    char_errors: CharErrors = "strict",
 ) -> MatFile:
     """:func:`open_mat` for an open reader whose first bytes were read already."""
+    if char_errors not in ("strict", "replace"):
+        raise ValueError(f"char_errors={char_errors!r}, expected 'strict' or 'replace'")
     return MatFile(
-        _mat_reader(reader, prefix, max_depth),
+        _mat_reader(reader, prefix, max_depth, char_errors),
         chunks=chunks,
         squeeze=squeeze,
         max_chunks=max_chunks,
     )
 
 
-def _mat_reader(reader: RangeReader, prefix: bytes, max_depth: int) -> MatReader:
-    if mat5.is_v73(prefix) or prefix[:8] == b"\x89HDF\r\n\x1a\n":
+def _mat_reader(
+    reader: RangeReader, prefix: bytes, max_depth: int, char_errors: CharErrors = "strict"
+) -> MatReader:
+    if prefix.startswith(mat5.HDF5_SIGNATURE):
+        raise UnsupportedError(mat5.plain_hdf5_refused(reader.url))
+    if mat5.is_v73(prefix):
         try:
             from npystore.mat_v73 import Mat73File  # noqa: PLC0415 - needs h5py
         except ImportError as exc:
@@ -296,4 +315,4 @@ def _mat_reader(reader: RangeReader, prefix: bytes, max_depth: int) -> MatReader
         return Mat4File(reader)
     if header.version != 5:  # pragma: no cover - parse_header returns 4 or 5
         raise FormatError(f"{reader.url}: MAT-file version {header.version}")
-    return Mat5File(reader, header, max_depth=max_depth)
+    return Mat5File(reader, header, max_depth=max_depth, char_errors=char_errors)

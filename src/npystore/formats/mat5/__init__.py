@@ -117,14 +117,21 @@ from npystore.formats.mat5._bulk import (
     quick_leaf,
     quick_numeric,
 )
-from npystore.formats.mat5._char import CharArray, char_dims_problem, chars_from_units
+from npystore.formats.mat5._char import (
+    CharArray,
+    CharErrors,
+    char_dims_problem,
+    chars_from_units,
+)
 from npystore.formats.mat5._file import (
+    HDF5_SIGNATURE,
     MatHeader,
     Mopt,
     VariableEntry,
     decode_mopt,
     is_v73,
     parse_header,
+    plain_hdf5_refused,
     scan_elements,
 )
 from npystore.formats.mat5._meta import MatrixHeader, parse_matrix_header
@@ -163,7 +170,8 @@ __all__ = [
     "CellArray", "CharArray", "DataRef", "DecodedChars", "MatHeader", "MatNode", "MatVariable",
     "MatrixHeader", "Mopt", "QuickHeader",
     "NeedMoreBytes", "NumericArray", "OpaqueObject", "SparseArray", "StructArray",
-    "VariableEntry", "char_dims_problem", "chars_from_units", "decode_mopt", "is_v73",
+    "VariableEntry", "CharErrors", "char_dims_problem", "chars_from_units", "decode_mopt",
+    "HDF5_SIGNATURE", "is_v73", "plain_hdf5_refused",
     "iter_data_refs", "parse_header", "parse_matrix_header", "parse_variable", "quick_chars",
     "quick_header", "quick_leaf", "quick_numeric", "scan_elements", "with_source",
 ]  # fmt: skip

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -12,6 +12,9 @@ import numpy.typing as npt
 from npystore.errors import FormatError, UnsupportedError
 from npystore.formats.mat5._tags import MAX_UNBACKED, DataRef, _Bytes
 from npystore.formats.shapes import shape_problem
+
+#: How invalid UTF-8 in a char array is read: refused, or as U+FFFD.
+CharErrors = Literal["strict", "replace"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,17 +58,23 @@ class CharArray:
         """The range holding the characters."""
         return (self.data,)
 
-    def code_units(self, buffer: _Bytes, base: int = 0) -> npt.NDArray[np.uint32]:
+    def code_units(
+        self, buffer: _Bytes, base: int = 0, *, errors: CharErrors = "strict"
+    ) -> npt.NDArray[np.uint32]:
         """The characters as ``numel`` integers, column-major.
 
         UTF-16 code units (a character outside the BMP is two units, as in MATLAB) or, for
         UTF-8 and UTF-32 data whose count matches ``dims`` that way, code points (scipy's
         ``savemat`` counts code points).
 
+        ``errors="replace"`` reads invalid UTF-8 as scipy's ``loadmat`` does: U+FFFD for each
+        invalid sequence (Python's codec), then the first ``numel`` characters kept when
+        that makes more; ``"strict"`` refuses it.
+
         Raises
         ------
         FormatError
-            Invalid UTF-8, values above U+10FFFF, or a count that matches neither.
+            Invalid UTF-8 (strict), values above U+10FFFF, or a count that matches neither.
         """
         n = self.numel
         if self.data.nbytes == 0:
@@ -75,10 +84,14 @@ class CharArray:
             try:
                 text = raw.tobytes().decode("utf-8", "surrogatepass")
             except UnicodeDecodeError as exc:
-                raise FormatError(
-                    f"char variable {self.name!r}: invalid UTF-8 at byte {exc.start} of "
-                    f"{self.data.nbytes}"
-                ) from None
+                if errors != "replace":
+                    raise FormatError(
+                        f"char variable {self.name!r}: invalid UTF-8 at byte {exc.start} of "
+                        f"{self.data.nbytes} (bytes {bytes(raw[exc.start : exc.start + 8])!r}); "
+                        "open with char_errors='replace' to read such characters as U+FFFD"
+                    ) from None
+                # scipy keeps the first numel characters when replacements make more
+                text = raw.tobytes().decode("utf-8", "replace")[:n]
             units = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), "<u4")
             if len(units) != n:
                 units = np.frombuffer(text.encode("utf-16-le", "surrogatepass"), "<u2")
@@ -97,7 +110,14 @@ class CharArray:
             )
         return out
 
-    def decode(self, buffer: _Bytes, base: int = 0, *, as_strings: bool = True) -> npt.NDArray[Any]:
+    def decode(
+        self,
+        buffer: _Bytes,
+        base: int = 0,
+        *,
+        as_strings: bool = True,
+        errors: CharErrors = "strict",
+    ) -> npt.NDArray[Any]:
         """The characters, as strings (one per row) or as a grid of characters.
 
         Parameters
@@ -109,12 +129,15 @@ class CharArray:
             row along ``dims[1]`` with UTF-16 surrogate pairs joined (lone surrogates kept;
             NULs and trailing blanks kept). False: a ``<U1`` array of shape ``dims``, one
             code unit each, as scipy's ``chars_as_strings=False``.
+        errors : {"strict", "replace"}
+            Invalid UTF-8: refused, or read as U+FFFD (see :meth:`code_units`).
 
         Returns
         -------
         numpy.ndarray
         """
-        return chars_from_units(self.code_units(buffer, base), self.dims, as_strings=as_strings)
+        units = self.code_units(buffer, base, errors=errors)
+        return chars_from_units(units, self.dims, as_strings=as_strings)
 
 
 #: The dtype of the code points, one per character, that a char array of its dims holds.

@@ -7,7 +7,7 @@ the prefix, :func:`scan_elements` lists the variables from their tags alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 from npystore.errors import FormatError, UnsupportedError
 from npystore.formats.mat5._tags import (
@@ -117,6 +117,25 @@ def decode_mopt(word: _Bytes, *, source: str) -> Mopt:
     raise FormatError(
         f"{source}: {bytes(word[:4])!r} is not a v4 matrix type MOPT (M in 0..4, O = 0, "
         "P in 0..5, T in 0..2) in either byte order"
+    )
+
+
+HDF5_SIGNATURE: Final = b"\x89HDF\r\n\x1a\n"
+
+
+def plain_hdf5_refused(source: str) -> str:
+    """The message refusing a plain HDF5 file (HDF5 signature at byte 0, no MAT-file header).
+
+    MATLAB writes v7.3 files as HDF5 behind a 512-byte user block that starts with the
+    128-byte MAT-file header; a file without it is not read as a MAT-file, because MATLAB's
+    shapes and types (column-major dims, ``MATLAB_class``) are not HDF5's.
+    """
+    return (
+        f"{source}: a plain HDF5 file, not a MATLAB v7.3 MAT-file: it starts with the HDF5 "
+        f"signature instead of the 128-byte MAT-file header (text, version 0x0200, 'IM') that "
+        f"MATLAB writes in a 512-byte user block. npystore reads HDF5 only as MAT-files, "
+        f"whose shapes and types follow MATLAB's attributes, not HDF5's; read plain HDF5 "
+        f"with h5py, or xarray's h5netcdf engine"
     )
 
 
