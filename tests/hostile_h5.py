@@ -5,7 +5,8 @@ defaults, ``libver="latest"``), with the object header addresses and geometry of
 datasets and groups taken from the pristine file, and the offsets of the structures worth
 mutating (superblock, object headers, B-tree nodes, symbol nodes, local heaps, fixed array
 blocks) found by scanning for their signatures. The drivers run npystore's own parsers over
-mutated bytes exactly as :mod:`npystore.h5meta` does over a file, and check what comes out.
+mutated bytes exactly as :mod:`npystore.files.mat.h5meta` does over a file, and check what comes
+out.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from typing import Any
 import h5py
 import numpy as np
 
+from npystore.files.mat.hdf5 import MAX_CHUNK_GRID
 from npystore.formats import h5chunks, h5groups, h5index
 from npystore.formats.h5chunks import Geometry
-from npystore.hdf5 import MAX_CHUNK_GRID
 
 #: Signatures of the structures a mutation aims at, and how many bytes after each.
 SIGNATURES = {b"TREE": 64, b"SNOD": 64, b"HEAP": 40, b"OHDR": 48, b"OCHK": 24,
@@ -185,7 +186,8 @@ def _superblock(buf: bytes, base: int) -> h5index.Superblock:
 
 
 def walk_dataset(buf: bytes, base: int, target: Target) -> int:
-    """What :meth:`npystore.h5meta.H5Meta.chunk_table` does, over bytes: superblock, object
+    """What :meth:`npystore.files.mat.h5meta.H5Meta.chunk_table` does, over bytes: superblock,
+    object
     header (continuations followed), layout message, the chunk index walk. Checks the chunk
     table; returns its number of chunks."""
     assert target.shape is not None
@@ -224,7 +226,8 @@ def walk_dataset(buf: bytes, base: int, target: Target) -> int:
 
 
 def walk_group(buf: bytes, base: int, target: Target) -> int:
-    """What :meth:`npystore.h5meta.H5Meta.group_links` does, over bytes; returns the number
+    """What :meth:`npystore.files.mat.h5meta.H5Meta.group_links` does, over bytes; returns the
+    number
     of links found (each name a str, each header inside the file)."""
     sb = _superblock(buf, base)
     end = len(buf) - base
@@ -257,7 +260,7 @@ E2E_SCRIPT = textwrap.dedent(
     import numpy as np
     import npystore
     from npystore.errors import FormatError, UnsupportedError
-    from npystore.mattree import MatlabObject
+    from npystore.files.mat.tree import MatlabObject
 
     def arrays(v, out):
         if hasattr(v, "compute"):

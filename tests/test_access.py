@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import npystore
-from npystore.access import LayoutArray, normalize_key
 from npystore.api import open_layout_array, read_prefix
 from npystore.fetch import open_reader
-from npystore.layout import (
+from npystore.read.access import LayoutArray, normalize_key
+from npystore.read.layout import (
     ArrayLayout,
     RawExtent,
     contiguous_chunks,

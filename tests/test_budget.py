@@ -24,9 +24,8 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 import npystore
 from faultproxy import FaultProxy
-from npystore import remote
 from npystore.errors import FetchError
-from npystore.fetch import READ_BUDGET, ObjectIdentity, RangeReader, open_reader
+from npystore.fetch import READ_BUDGET, ObjectIdentity, RangeReader, open_reader, remote
 
 
 def _npy(arr: np.ndarray) -> bytes:

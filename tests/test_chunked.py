@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from npystore import chunked
-from npystore.access import read_selection
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader, open_reader
-from npystore.layout import ArrayLayout, ChunkedExtent, Filter
+from npystore.read import chunked
+from npystore.read.access import read_selection
+from npystore.read.layout import ArrayLayout, ChunkedExtent, Filter
 
 RNG = np.random.default_rng(7)
 DEFLATE = Filter(1, "deflate", (6,), True)

@@ -22,7 +22,7 @@ import scipy.sparse as sp
 import zarr
 
 import npystore
-from npystore import cli
+from npystore.tools import cli
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -13,12 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from npystore import FormatError, inflate
+from npystore import FormatError
 from npystore.fetch import open_reader
 from npystore.formats import deflate
 from npystore.formats.deflate import Checkpoint, DeflateIndex
-from npystore.inflate import build_index, inflate_into, inflate_range
-from npystore.layout import DeflatedMember, IndexSlot
+from npystore.read import inflate
+from npystore.read.inflate import build_index, inflate_into, inflate_range
+from npystore.read.layout import DeflatedMember, IndexSlot
 
 
 def _payload(n: int = 12_000_000, seed: int = 0) -> bytes:

@@ -58,7 +58,7 @@ def _library(modules: list[str], call: str) -> tuple[str, str, str]:
 
 def _command(modules: list[str], argv: list[str]) -> str:
     """The one line ``npystore ARGV`` prints on stderr (exit status 1, no traceback)."""
-    done = _blocked(modules, f"from npystore.cli import main\nsys.exit(main({argv!r}))")
+    done = _blocked(modules, f"from npystore.tools.cli import main\nsys.exit(main({argv!r}))")
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert done.stderr.count("\n") == 1, done.stderr
     assert "Traceback" not in done.stderr
@@ -85,13 +85,13 @@ def test_zarr_missing(files: dict[str, Path], tmp_path: Path) -> None:
     for call in (
         f"npystore.open_store({npy!r})",
         f"npystore.to_kerchunk({npy!r})",
-        "import npystore.faces.dtypes",
+        "import npystore.faces.zarr.dtypes",
     ):
         name, extra, message = _library(["zarr"], call)
         assert (name, extra) == ("zarr", "zarr"), call
         assert "needs zarr, which is not installed or cannot be imported" in message
         assert message.endswith("install it with: pip install 'npystore[zarr]'")
-    _, _, message = _library(["zarr"], "from npystore.convert import convert")
+    _, _, message = _library(["zarr"], "from npystore.tools.convert import convert")
     assert message.startswith("converting to Zarr (npystore convert) needs zarr")
     line = _command(["zarr"], ["convert", npy, str(tmp_path / "out.zarr")])
     assert line.startswith(f"npystore: error: {npy}: converting to Zarr (npystore convert) needs")

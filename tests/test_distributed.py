@@ -20,7 +20,7 @@ import pytest
 import scipy.io as sio
 
 import npystore
-from npystore import mat_v5
+from npystore.files.mat import v5 as mat_v5
 
 distributed = pytest.importorskip("distributed")
 

@@ -30,7 +30,6 @@ import pytest
 
 import npystore
 from faultproxy import FaultProxy
-from npystore import cli
 from npystore.errors import (
     ConsistencyError,
     FetchError,
@@ -38,6 +37,7 @@ from npystore.errors import (
     UnsupportedError,
 )
 from npystore.fetch import IGNORED_RANGE_MAX, REMOTE_ATTEMPTS, open_reader
+from npystore.tools import cli
 
 pytest.importorskip("aiohttp")
 
@@ -336,7 +336,7 @@ except npystore.MissingDependencyError as exc:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"{url}: the {protocol}:// protocol needs {module}")
     assert done.stdout.rstrip().endswith(f"install it with: pip install 'npystore[{extra}]'")
-    command = f"from npystore.cli import main\nsys.exit(main(['info', {url!r}]))"
+    command = f"from npystore.tools.cli import main\nsys.exit(main(['info', {url!r}]))"
     cli_run = _blocked([module], command)
     assert cli_run.returncode == 1
     assert cli_run.stderr.count("\n") == 1, cli_run.stderr

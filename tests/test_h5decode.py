@@ -14,8 +14,8 @@ import pytest
 
 import npystore
 from npystore.errors import FormatError, UnsupportedError
-from npystore.h5decode import decode_with_libhdf5
-from npystore.layout import Filter
+from npystore.read.h5decode import decode_with_libhdf5
+from npystore.read.layout import Filter
 
 HEADER = (
     (

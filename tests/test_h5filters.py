@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from npystore.errors import FormatError, UnsupportedError
 from npystore.formats.h5filters import decode_chunk, fletcher32, unshuffle, unsupported_filters
-from npystore.layout import Filter
+from npystore.read.layout import Filter
 
 RNG = np.random.default_rng(20240325)
 DEFLATE = Filter(1, "deflate", (6,), True)

@@ -15,12 +15,12 @@ import h5py
 import numpy as np
 import pytest
 
-from npystore.access import LayoutArray
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import open_reader
+from npystore.files.mat.h5meta import H5Meta
+from npystore.files.mat.hdf5 import chunk_table, dataset_layout, header_address, open_h5
 from npystore.formats import h5chunks, h5index, h5sum
-from npystore.h5meta import H5Meta
-from npystore.hdf5 import chunk_table, dataset_layout, header_address, open_h5
+from npystore.read.access import LayoutArray
 
 RNG = np.random.default_rng(11)
 

@@ -1,4 +1,4 @@
-"""HDF5 datasets as layouts (npystore.hdf5) read through a RangeReader, with h5py's own
+"""HDF5 datasets as layouts (npystore.files.mat.hdf5) read through a RangeReader, with h5py's own
 reads as the oracle: dtypes, shapes, storage layouts, filters, fill values, MATLAB axes,
 address checks, hostile files, request counts over S3 and a real MATLAB file."""
 
@@ -19,12 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mat_corpus
-from npystore.access import LayoutArray, read_selection
-from npystore.blockfile import BlockFile
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader, open_reader
-from npystore.hdf5 import AddressCheck, dataset_layout, open_h5
-from npystore.layout import ArrayLayout, ChunkedExtent, InlineExtent, RawExtent
+from npystore.fetch.blockfile import BlockFile
+from npystore.files.mat.hdf5 import AddressCheck, dataset_layout, open_h5
+from npystore.read.access import LayoutArray, read_selection
+from npystore.read.layout import ArrayLayout, ChunkedExtent, InlineExtent, RawExtent
 
 RNG = np.random.default_rng(4236)
 CORPUS = mat_corpus.CORPUS

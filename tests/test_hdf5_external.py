@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 
 import npystore
-from npystore import cli
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import open_reader
-from npystore.h5safe import MAX_SOFT_LINKS, safe_root
-from npystore.hdf5 import open_h5
+from npystore.files.mat.h5safe import MAX_SOFT_LINKS, safe_root
+from npystore.files.mat.hdf5 import open_h5
+from npystore.tools import cli
 
 #: The local file the crafted .mat files point at.
 SECRET = b"NPYSTORE-SECRET!" * 64

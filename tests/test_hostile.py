@@ -55,6 +55,7 @@ import npystore
 from hostile_h5 import h5_seeds, run_e2e, walk_dataset, walk_group
 from mat_corpus import CORPUS, CORPUS_FOUND
 from npystore.errors import FormatError, UnsupportedError
+from npystore.files.mat.h5safe import safe_root
 from npystore.formats import deflate, h5index, h5sum, mat4, mat5, npy, zipdir
 from npystore.formats._literal import parse_literal
 from npystore.formats.mat73 import (
@@ -68,7 +69,6 @@ from npystore.formats.mat73 import (
     StructArray,
 )
 from npystore.formats.zipdir import NeedMoreBytes
-from npystore.h5safe import safe_root
 
 SRC = "memory://hostile"
 #: The errors a parser may raise on bad input; anything else is a bug.

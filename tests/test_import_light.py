@@ -47,7 +47,7 @@ def test_info_of_small_files_loads_no_heavy_library(tmp_path: Path) -> None:
     for name in ("a.npy", "b.npz"):
         code = (
             "import contextlib, io\n"
-            "from npystore.cli import main\n"
+            "from npystore.tools.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             f"    rc = main(['info', {str(tmp_path / name)!r}])\n"
             "assert rc in (0, None), rc\n"
@@ -65,11 +65,11 @@ def test_info_of_an_npy_file_loads_no_other_format(tmp_path: Path) -> None:
     np.save(tmp_path / "a.npy", np.arange(10))
     code = (
         "import contextlib, io, sys\n"
-        "from npystore.cli import main\n"
+        "from npystore.tools.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         f"    main(['info', {str(tmp_path / 'a.npy')!r}])\n"
-        "print(' '.join(m for m in ('npystore.matfile', 'npystore.formats.mat5', "
-        "'npystore.npz', 'npystore.formats.zipdir') if m in sys.modules))\n"
+        "print(' '.join(m for m in ('npystore.faces.matfile', 'npystore.formats.mat5', "
+        "'npystore.faces.npz', 'npystore.formats.zipdir') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

@@ -21,9 +21,9 @@ import scipy.io as sio
 
 import npystore
 from npystore import FormatError, UnsupportedError
-from npystore.archive import DEFAULT_MAX_MEMBERS
 from npystore.faces.dask import DEFAULT_MAX_CHUNKS
 from npystore.fetch import RangeReader
+from npystore.files.zip import DEFAULT_MAX_MEMBERS
 from npystore.formats import npy
 
 # ----------------------------------------------------------------- header size

@@ -291,8 +291,8 @@ def test_v73_small_values_are_read_with_their_cell(tmp_path: Any) -> None:
     import h5py
 
     from npystore.fetch import open_reader
-    from npystore.mat_v73 import Mat73File
-    from npystore.mattree import CellNode, NumericLeaf, ValueLeaf, to_value
+    from npystore.files.mat.tree import CellNode, NumericLeaf, ValueLeaf, to_value
+    from npystore.files.mat.v73 import Mat73File
 
     complex_dtype = np.dtype([("real", "<f8"), ("imag", "<f8")])
     pieces: list[tuple[str, Any, str, dict[str, Any]]] = [
@@ -382,7 +382,7 @@ def test_mutated_files_through_open_mat(data: st.DataObject) -> None:
     import fsspec
 
     import npystore
-    from npystore.mattree import to_value
+    from npystore.files.mat.tree import to_value
 
     buf = bytearray(FILE_SEEDS[data.draw(st.integers(0, 1))])
     for _ in range(data.draw(st.integers(1, 4))):

@@ -1,4 +1,4 @@
-"""MAT v7.3 (HDF5) files read by npystore.mat_v73 over npystore.formats.mat73.
+"""MAT v7.3 (HDF5) files read by npystore.files.mat.v73 over npystore.formats.mat73.
 
 Oracles: mat73.loadmat on the real MATLAB corpus (wherever it returns data; the cases where
 it is wrong each have a test of their own), hdf5storage.savemat round trips (its defaults
@@ -25,8 +25,7 @@ import mat_corpus
 import npystore
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader, open_reader
-from npystore.mat_v73 import Mat73File
-from npystore.mattree import (
+from npystore.files.mat.tree import (
     CellNode,
     CharLeaf,
     MatNode,
@@ -37,6 +36,7 @@ from npystore.mattree import (
     ValueLeaf,
     to_value,
 )
+from npystore.files.mat.v73 import Mat73File
 
 mat73 = pytest.importorskip("mat73")
 hdf5storage = pytest.importorskip("hdf5storage")
@@ -375,7 +375,7 @@ def test_corpus_specifics() -> None:
 @needs_corpus
 @pytest.mark.parametrize("stem", ["string", "cell", "struct", "array", "complex", "sparse"])
 def test_v5_and_v73_of_the_same_data_agree(stem: str) -> None:
-    from npystore.matfile import open_mat
+    from npystore.faces.matfile import open_mat
 
     v73 = CORPUS / f"MAT.jl/v7.3_{stem}.mat"
     v5 = CORPUS / f"MAT.jl/v7_{stem}.mat"
@@ -768,7 +768,7 @@ def test_plain_hdf5_is_refused_everywhere(tmp_path: Path) -> None:
     the file and what to use instead."""
     import xarray as xr
 
-    from npystore.cli import main
+    from npystore.tools.cli import main
 
     path = tmp_path / "plain.h5"
     with h5py.File(path, "w") as f:

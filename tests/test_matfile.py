@@ -25,8 +25,8 @@ import scipy.sparse as sp
 import mat_corpus
 import npystore
 from npystore import FormatError, MatlabObject, MatStruct
+from npystore.files.mat.tree import CharLeaf, NumericLeaf
 from npystore.formats import mat4, mat5
-from npystore.mattree import CharLeaf, NumericLeaf
 
 CORPUS = mat_corpus.CORPUS
 
@@ -302,7 +302,7 @@ def test_large_compressed_variable_stays_in_the_stream(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A compressed variable above INFLATE_WHOLE: leaves read from the zlib stream."""
-    from npystore import mat_v5
+    from npystore.files.mat import v5 as mat_v5
 
     monkeypatch.setattr(mat_v5, "INFLATE_WHOLE", 2**20)
     rng = np.random.default_rng(0)
@@ -344,7 +344,7 @@ def test_listing_does_not_read_data(tmp_path: Path) -> None:
         return original(ranges)
 
     reader.read_many = spy  # type: ignore[method-assign]
-    from npystore.matfile import mat_from_reader
+    from npystore.faces.matfile import mat_from_reader
 
     m = mat_from_reader(reader, reader.read(0, 128))
     assert m.variables["a"].dims == (1000, 1000)
@@ -574,7 +574,7 @@ def test_compressed_values_stay_out_of_the_graph(tmp_path: Path, nbytes: int) ->
     the tasks: its graph holds where the values are, not the values (it held 10 MB)."""
     import pickle
 
-    from npystore import mat_v5
+    from npystore.files.mat import v5 as mat_v5
 
     n = nbytes // 8
     assert nbytes <= mat_v5.INFLATE_WHOLE

@@ -31,8 +31,10 @@ import xarray as xr
 import zarr
 
 import npystore
-from npystore import FormatError, cli, convert, inflate
-from npystore.crccheck import MAX_SPANS, TAIL_READ, CrcLedger, crc32_combine
+from npystore import FormatError
+from npystore.read import inflate
+from npystore.read.crccheck import MAX_SPANS, TAIL_READ, CrcLedger, crc32_combine
+from npystore.tools import cli, convert
 
 RNG = np.random.default_rng(14)
 CRC_MESSAGE = r"CRC-32 of the .* is [0-9a-f]{8}, the ZIP directory says [0-9a-f]{8}"

@@ -21,10 +21,10 @@ import xarray as xr
 import zarr
 
 import npystore
-from npystore import cli
-from npystore.archive import member_key, unique_keys
-from npystore.convert import MANIFEST_KEY, convert
-from npystore.faces.zarr_store import MAX_NODE_NAME, node_name
+from npystore.faces.zarr.store import MAX_NODE_NAME, node_name
+from npystore.files.zip import member_key, unique_keys
+from npystore.tools import cli
+from npystore.tools.convert import MANIFEST_KEY, convert
 
 LONG = "é" * 200  # 400 UTF-8 bytes, 1200 characters percent-encoded
 

@@ -18,13 +18,13 @@ import pytest
 from fsspec.registry import known_implementations
 
 from npystore.errors import FormatError
-from npystore.inflate import index_builder_name
-from npystore.npzfs import (
+from npystore.faces.npzfs import (
     DeflatedMemberFile,
     NpzFileSystem,
     StoredMemberFile,
     register_protocol,
 )
+from npystore.read.inflate import index_builder_name
 
 RNG = np.random.default_rng(8)
 
@@ -230,17 +230,17 @@ def test_bad_archives_and_arguments(tmp_path: Path) -> None:
 
 
 def test_registered_on_import_and_as_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert known_implementations["npz"]["class"] == "npystore.npzfs.NpzFileSystem"
+    assert known_implementations["npz"]["class"] == "npystore.faces.npzfs.NpzFileSystem"
     assert fsspec.get_filesystem_class("npz") is NpzFileSystem
     points = importlib.metadata.entry_points(group="fsspec.specs")
-    assert [p.value for p in points if p.name == "npz"] == ["npystore.npzfs:NpzFileSystem"]
+    assert [p.value for p in points if p.name == "npz"] == ["npystore.faces.npzfs:NpzFileSystem"]
     # another package's npz:// is left alone
     monkeypatch.setitem(known_implementations, "npz", {"class": "other.Fs", "err": ""})
     register_protocol()
     assert known_implementations["npz"]["class"] == "other.Fs"
     monkeypatch.delitem(known_implementations, "npz")
     register_protocol()
-    assert known_implementations["npz"]["class"] == "npystore.npzfs.NpzFileSystem"
+    assert known_implementations["npz"]["class"] == "npystore.faces.npzfs.NpzFileSystem"
     # a process that never imports npystore gets npz:// from the entry point, and
     # `import npystore` itself imports no fsspec (it stays light)
     code = (
@@ -251,7 +251,7 @@ def test_registered_on_import_and_as_entry_point(monkeypatch: pytest.MonkeyPatch
         "print(k['npz']['class'])\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "npystore.npzfs.NpzFileSystem"
+    assert out.stdout.strip() == "npystore.faces.npzfs.NpzFileSystem"
 
 
 # -- S3 ----------------------------------------------------------------------------------

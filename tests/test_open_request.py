@@ -145,7 +145,7 @@ def test_a_refused_suffix_range_is_asked_again_as_a_prefix(
     object (which is its tail), else a bounded prefix that serves as no tail."""
     from botocore.exceptions import ClientError
 
-    from npystore import opening
+    from npystore.fetch import opening
 
     data = np.random.default_rng(1).integers(0, 255, size, dtype=np.uint8).tobytes()
     url = s3.put_bytes(data, "small.bin")

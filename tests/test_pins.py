@@ -19,9 +19,8 @@ import pytest
 
 import npystore
 from faultproxy import FaultProxy
-from npystore import opening
 from npystore.errors import ConsistencyError
-from npystore.fetch import open_reader
+from npystore.fetch import open_reader, opening
 
 pytestmark = pytest.mark.s3
 

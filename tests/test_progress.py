@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import threading
 
-from npystore.progress import Progress, format_duration, format_size
+from npystore.tools.progress import Progress, format_duration, format_size
 
 
 class _Terminal(io.StringIO):

@@ -1,4 +1,4 @@
-"""Direct S3 GETs (npystore.s3direct): presigned URLs over a bare aiohttp session.
+"""Direct S3 GETs (npystore.fetch.s3direct): presigned URLs over a bare aiohttp session.
 
 Data reads after an S3 open skip botocore's per-request work but must stay exactly what
 botocore reads: the same bytes, the same requests seen by botocore's event hooks, the same
@@ -17,9 +17,8 @@ import numpy as np
 import pytest
 
 import npystore
-from npystore import s3direct
 from npystore.errors import ConsistencyError
-from npystore.fetch import open_reader
+from npystore.fetch import open_reader, s3direct
 
 
 def _npy(arr: np.ndarray) -> bytes:

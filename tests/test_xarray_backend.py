@@ -19,7 +19,7 @@ import scipy.sparse as sp
 import xarray as xr
 
 import npystore
-from npystore.xarray_backend import NpystoreBackendEntrypoint, SkippedVariableWarning
+from npystore.faces.xarray import NpystoreBackendEntrypoint, SkippedVariableWarning
 
 ENGINE = "npystore"
 RNG = np.random.default_rng(12)
@@ -33,7 +33,7 @@ def test_engine_is_discovered_through_its_entry_point() -> None:
     assert isinstance(xr.backends.list_engines()[ENGINE], NpystoreBackendEntrypoint)
     points = importlib.metadata.entry_points(group="xarray.backends")
     assert [p.value for p in points if p.name == ENGINE] == [
-        "npystore.xarray_backend:NpystoreBackendEntrypoint"
+        "npystore.faces.xarray:NpystoreBackendEntrypoint"
     ]
 
 

@@ -1,4 +1,5 @@
-"""npystore's Zarr data types (:mod:`npystore.faces.dtypes`) against real on-disk Zarr v3 arrays.
+"""npystore's Zarr data types (:mod:`npystore.faces.zarr.dtypes`) against real on-disk Zarr v3
+arrays.
 
 What zarr returns when reading an array written with ``zarr.create_array(dtype=numpy_dtype)``:
 
@@ -38,7 +39,7 @@ from zarr.core.dtype import (
 )
 
 from npystore.errors import UnsupportedError
-from npystore.faces.dtypes import (
+from npystore.faces.zarr.dtypes import (
     ExactStructuredGate,
     NpyScalar,
     NpyStructured,
@@ -206,7 +207,7 @@ def test_writing_process_keeps_byte_order(tmp_path: Path) -> None:
     assert np.array_equal(reopened, arr)
 
 
-@pytest.mark.parametrize("importing", ["npystore", "npystore.faces.dtypes"])
+@pytest.mark.parametrize("importing", ["npystore", "npystore.faces.zarr.dtypes"])
 def test_fresh_process_reads_every_dtype(tmp_path: Path, importing: str) -> None:
     """A new interpreter that imports only ``importing`` (then zarr) reads every array
     back: ``import npystore`` imports no zarr, but registers npystore's data types when

@@ -22,7 +22,7 @@ from zarr.core.sync import sync
 
 import npystore
 from npystore import UnsupportedError
-from npystore.faces.zarr_store import LayoutStore, node_name
+from npystore.faces.zarr.store import LayoutStore, node_name
 
 PROTO = default_buffer_prototype()
 
@@ -199,7 +199,7 @@ def test_zarr_reads_the_group(store: LayoutStore, npz_path: Path) -> None:
 
 
 def test_edge_chunks_are_zero_padded(tmp_path: Path) -> None:
-    from npystore.faces import zarr_store
+    from npystore.faces.zarr import store as zarr_store
 
     arr = np.arange(1, 1001, dtype="<u2").reshape(100, 10)
     np.save(tmp_path / "e.npy", arr)

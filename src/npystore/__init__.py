@@ -15,6 +15,7 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from npystore.errors import (
@@ -28,11 +29,11 @@ from npystore.errors import (
 
 if TYPE_CHECKING:
     from npystore.api import load, open, open_npy, read_header, sniff
+    from npystore.faces.matfile import MatFile, open_mat
+    from npystore.faces.npz import NpzFile, open_npz
+    from npystore.faces.stores import open_store, to_kerchunk
+    from npystore.files.mat.tree import MatInfo, MatlabObject, MatStruct
     from npystore.formats.npy import NpyHeader
-    from npystore.matfile import MatFile, open_mat
-    from npystore.mattree import MatInfo, MatlabObject, MatStruct
-    from npystore.npz import NpzFile, open_npz
-    from npystore.stores import open_store, to_kerchunk
 
 #: Public names and the module each lives in: imported on first use, so that
 #: ``import npystore`` costs little more than ``import numpy`` (dask, fsspec, zarr, h5py and
@@ -46,20 +47,20 @@ _LAZY: dict[str, str] = {
     "read_header": "npystore.api",
     "sniff": "npystore.api",
     "NpyHeader": "npystore.formats.npy",
-    "MatFile": "npystore.matfile",
-    "open_mat": "npystore.matfile",
-    "MatInfo": "npystore.mattree",
-    "MatlabObject": "npystore.mattree",
-    "MatStruct": "npystore.mattree",
-    "NpzFile": "npystore.npz",
-    "open_npz": "npystore.npz",
-    "open_store": "npystore.stores",
-    "to_kerchunk": "npystore.stores",
+    "MatFile": "npystore.faces.matfile",
+    "open_mat": "npystore.faces.matfile",
+    "MatInfo": "npystore.files.mat.tree",
+    "MatlabObject": "npystore.files.mat.tree",
+    "MatStruct": "npystore.files.mat.tree",
+    "NpzFile": "npystore.faces.npz",
+    "open_npz": "npystore.faces.npz",
+    "open_store": "npystore.faces.stores",
+    "to_kerchunk": "npystore.faces.stores",
 }
 
 
 class _ZarrTypesOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Registers npystore's Zarr data types (:mod:`npystore.faces.dtypes`) as soon as zarr
+    """Registers npystore's Zarr data types (:mod:`npystore.faces.zarr.dtypes`) as soon as zarr
     is imported, without importing zarr here: zarr 3.1 collects the ``zarr.data_type``
     entry points but never loads them, so a process that imported npystore would otherwise
     fail to open arrays npystore wrote with its own data types."""
@@ -82,13 +83,75 @@ class _ZarrTypesOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: Any) -> None:
         self._loader.exec_module(module)
-        importlib.import_module("npystore.faces.dtypes")
+        importlib.import_module("npystore.faces.zarr.dtypes")
 
 
 if sys.modules.get("zarr") is not None:
-    importlib.import_module("npystore.faces.dtypes")
+    importlib.import_module("npystore.faces.zarr.dtypes")
 else:
     sys.meta_path.insert(0, _ZarrTypesOnImport())
+
+
+#: Modules that moved when the package was regrouped by role (0.2): the old names still
+#: import, with a DeprecationWarning, for one release (and old pickles still load).
+_MOVED: dict[str, str] = {
+    "npystore.access": "npystore.read.access",
+    "npystore.archive": "npystore.files.zip",
+    "npystore.blockfile": "npystore.fetch.blockfile",
+    "npystore.chunked": "npystore.read.chunked",
+    "npystore.cli": "npystore.tools.cli",
+    "npystore.convert": "npystore.tools.convert",
+    "npystore.crccheck": "npystore.read.crccheck",
+    "npystore.demo": "npystore.tools.demo",
+    "npystore.faces.dtypes": "npystore.faces.zarr.dtypes",
+    "npystore.faces.mat_zarr": "npystore.faces.zarr.mat",
+    "npystore.faces.zarr_store": "npystore.faces.zarr.store",
+    "npystore.fileobj": "npystore.fetch.fileobj",
+    "npystore.h5decode": "npystore.read.h5decode",
+    "npystore.h5meta": "npystore.files.mat.h5meta",
+    "npystore.h5safe": "npystore.files.mat.h5safe",
+    "npystore.hdf5": "npystore.files.mat.hdf5",
+    "npystore.inflate": "npystore.read.inflate",
+    "npystore.layout": "npystore.read.layout",
+    "npystore.mat_v4": "npystore.files.mat.v4",
+    "npystore.mat_v5": "npystore.files.mat.v5",
+    "npystore.mat_v5_build": "npystore.files.mat.v5_build",
+    "npystore.mat_v73": "npystore.files.mat.v73",
+    "npystore.matfile": "npystore.faces.matfile",
+    "npystore.mattree": "npystore.files.mat.tree",
+    "npystore.npz": "npystore.faces.npz",
+    "npystore.npzfs": "npystore.faces.npzfs",
+    "npystore.opening": "npystore.fetch.opening",
+    "npystore.progress": "npystore.tools.progress",
+    "npystore.remote": "npystore.fetch.remote",
+    "npystore.s3direct": "npystore.fetch.s3direct",
+    "npystore.stores": "npystore.faces.stores",
+    "npystore.xarray_backend": "npystore.faces.xarray",
+}
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Resolves a moved module's old name to the module itself (one object, two names)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name not in _MOVED:
+            return None
+        return importlib.util.spec_from_loader(name, self)
+
+    def create_module(self, spec: Any) -> Any:
+        new = _MOVED[spec.name]
+        warnings.warn(
+            f"{spec.name} moved to {new}; the old name will be removed in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module(new)
+
+    def exec_module(self, module: Any) -> None:
+        """Nothing to run: the module was imported under its new name."""
+
+
+sys.meta_path.append(_MovedModules())
 
 
 def __getattr__(name: str) -> Any:

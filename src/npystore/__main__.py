@@ -1,6 +1,6 @@
-"""``python -m npystore``: the ``npystore`` command (see :mod:`npystore.cli`)."""
+"""``python -m npystore``: the ``npystore`` command (see :mod:`npystore.tools.cli`)."""
 
-from npystore.cli import run
+from npystore.tools.cli import run
 
 if __name__ == "__main__":
     run()

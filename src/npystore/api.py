@@ -2,36 +2,30 @@
 
 They wire the layers together: open a :class:`~npystore.fetch.RangeReader`, parse the header
 bytes with :mod:`npystore.formats`, describe the data as an
-:class:`~npystore.layout.ArrayLayout`, and hand it to a face.
+:class:`~npystore.read.layout.ArrayLayout`, and hand it to a face.
 """
 
 from __future__ import annotations
 
-import builtins
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
 
-from npystore.access import LayoutArray
-from npystore.errors import FormatError, UnsupportedError
+from npystore.errors import UnsupportedError
 from npystore.faces.dask import DEFAULT_MAX_CHUNKS, to_dask
 from npystore.fetch import RangeReader, open_reader
-from npystore.fileobj import BinaryFile
-from npystore.formats import npy
-from npystore.formats.shapes import check_shape
-from npystore.layout import ArrayLayout, Order, PickledExtent, RawExtent, Unpickle
+from npystore.fetch.fileobj import BinaryFile
+from npystore.files.npy import header_from_prefix, open_layout_array, read_prefix
+from npystore.files.open import sniff, sniff_source
+from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE, NpyHeader
+from npystore.read.layout import ArrayLayout, RawExtent, Unpickle
 
 if TYPE_CHECKING:
     import dask.array as da
 
-__all__ = ["load", "open", "open_npy", "read_header"]
+__all__ = ["load", "open", "open_npy", "read_header", "sniff"]
 
-#: Bytes read by the first request. numpy pads headers so that the data starts at a multiple
-#: of 64 bytes; for every non-structured dtype the header ends at byte 128, so this first read
-#: holds exactly the header and no data. Longer headers (structured dtypes) take one more
-#: read of exactly the rest. 128 bytes also hold every magic :func:`sniff` looks for.
-PREFIX_SIZE: Final = 128
 #: Bytes :func:`load` asks for when it opens an S3 object: the header and the first data,
 #: so a file up to this size is read in one request (the whole file is read anyway). Not
 #: more: the opening response is one stream, and the concurrent reads of a large file's
@@ -43,71 +37,13 @@ StorageOptions = Mapping[str, Any] | None
 #: What the open functions take: a local path, an fsspec URL or an open binary file object.
 Source = str | BinaryFile
 
-_MAT5_TEXT: Final = b"MATLAB 5.0 MAT-file"
-_MAT73_TEXT: Final = b"MATLAB 7.3 MAT-file"
-_HDF5_MAGIC: Final = b"\x89HDF\r\n\x1a\n"
-_ZIP_MAGICS: Final = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")
-
-
-def read_prefix(reader: RangeReader) -> bytes:
-    """The object's first :data:`PREFIX_SIZE` bytes (fewer for a smaller object): enough to
-    sniff the format and, usually, the whole ``.npy`` header (for the package's tools)."""
-    return reader.read(0, min(reader.size, PREFIX_SIZE))
-
-
-def header_from_prefix(reader: RangeReader, prefix: bytes, max_header_size: int) -> npy.NpyHeader:
-    """The ``.npy`` header behind ``reader``, parsed from ``prefix`` (its first bytes, e.g.
-    :func:`read_prefix`); exactly the rest of it is read if the prefix was too short."""
-    url = reader.url
-    if len(prefix) < npy.PREAMBLE_MAX_LEN and len(prefix) == reader.size and npy.is_npy(prefix):
-        raise FormatError(f"{url}: truncated .npy file: {reader.size} bytes, no complete header")
-    preamble = npy.parse_preamble(prefix, source=url)
-    if preamble.header_length > max_header_size:
-        raise FormatError(
-            f"{url}: .npy header declares {preamble.header_length} bytes, more than "
-            f"max_header_size={max_header_size}; pass a larger max_header_size to read it"
-        )
-    end = preamble.data_offset
-    if end > reader.size:
-        raise FormatError(
-            f"{url}: truncated .npy file: the header ends at byte {end}, "
-            f"the file has {reader.size} bytes"
-        )
-    if end <= len(prefix):
-        text = prefix[preamble.header_start : end]
-    else:
-        text = prefix[preamble.header_start :] + reader.read(len(prefix), end)
-    header = npy.parse_header(preamble, text, source=url)
-    if not header.is_pickled and header.data_offset + header.nbytes > reader.size:
-        raise FormatError(
-            f"{url}: truncated .npy file: shape {header.shape} of {header.dtype} needs "
-            f"{header.nbytes} bytes from byte {header.data_offset}, the file has "
-            f"{reader.size - header.data_offset}"
-        )
-    check_shape(header.shape, header.dtype, source=url)
-    return header
-
-
-def _layout(
-    reader: RangeReader, header: npy.NpyHeader, allow_pickle: bool, unpickle: Unpickle
-) -> ArrayLayout:
-    order: Order = "F" if header.fortran_order else "C"
-    if header.is_pickled:
-        if not allow_pickle:
-            raise npy.pickle_refused(reader.url, header.dtype)
-        extent = PickledExtent(header.data_offset, reader.size - header.data_offset)
-        return ArrayLayout(header.dtype, header.shape, order, extent, unpickle)
-    return ArrayLayout(
-        header.dtype, header.shape, order, RawExtent(header.data_offset, header.nbytes)
-    )
-
 
 def read_header(
     url: Source,
     *,
     storage_options: StorageOptions = None,
-    max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
-) -> npy.NpyHeader:
+    max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
+) -> NpyHeader:
     """Read the header of an ``.npy`` file without reading its data.
 
     At most two range reads: the first 128 bytes, then exactly the rest of the header if it
@@ -151,27 +87,13 @@ def read_header(
     return header
 
 
-def open_layout_array(
-    reader: RangeReader,
-    prefix: bytes,
-    allow_pickle: bool,
-    max_header_size: int,
-    unpickle: Unpickle = Unpickle(),  # noqa: B008 - frozen
-) -> LayoutArray:
-    """The ``.npy`` file behind ``reader`` as a lazy :class:`~npystore.access.LayoutArray`,
-    its header parsed from ``prefix`` (read exactly to its end if it is longer); for the
-    package's tools (Zarr store, xarray backend), which need the layout, not a dask array."""
-    header = header_from_prefix(reader, prefix, max_header_size)
-    return LayoutArray(reader, _layout(reader, header, allow_pickle, unpickle))
-
-
 def open_npy(
     url: Source,
     *,
     chunks: Any = "auto",
     storage_options: StorageOptions = None,
     allow_pickle: bool = False,
-    max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+    max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
     max_chunks: int = DEFAULT_MAX_CHUNKS,
     fix_imports: bool = True,
     encoding: str = "ASCII",
@@ -259,7 +181,7 @@ def _npy_dask(
     *,
     chunks: Any = "auto",
     allow_pickle: bool = False,
-    max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+    max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
     max_chunks: int = DEFAULT_MAX_CHUNKS,
     fix_imports: bool = True,
     encoding: str = "ASCII",
@@ -276,7 +198,7 @@ def load(
     *,
     storage_options: StorageOptions = None,
     allow_pickle: bool = False,
-    max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
+    max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
     fix_imports: bool = True,
     encoding: str = "ASCII",
     mmap_mode: MmapMode | None = None,
@@ -314,7 +236,7 @@ def load(
     numpy.ndarray or numpy.memmap or NpzArrays
         For an ``.npy`` file, equal to ``numpy.load(url)``, dtype and memory order included;
         writable (a :class:`numpy.memmap` with ``mmap_mode``). For an ``.npz`` archive, an
-        :class:`~npystore.npz.NpzArrays` mapping that reads each member on access.
+        :class:`~npystore.faces.npz.NpzArrays` mapping that reads each member on access.
 
     Raises
     ------
@@ -344,7 +266,7 @@ def load(
     if sniff(prefix) == "npz":
         if mmap_mode is not None:
             raise UnsupportedError(f"{reader.url}: mmap_mode is for .npy files, not archives")
-        from npystore.npz import NpzArrays, npz_from_reader  # noqa: PLC0415
+        from npystore.faces.npz import NpzArrays, npz_from_reader  # noqa: PLC0415
 
         npz = npz_from_reader(
             reader,
@@ -395,46 +317,6 @@ def _memmap(reader: RangeReader, layout: ArrayLayout, mode: MmapMode) -> np.memm
     )
 
 
-def sniff(prefix: bytes) -> str:
-    """Name the format of a file from its first bytes: ``"npy"``, ``"npz"``, ``"mat"``.
-
-    Parameters
-    ----------
-    prefix : bytes
-        The first bytes of the file (at least 128 for MATLAB files).
-
-    Returns
-    -------
-    str
-        The format name, or ``"unknown"``.
-    """
-    if npy.is_npy(prefix):
-        return "npy"
-    if prefix[:4] in _ZIP_MAGICS:
-        return "npz"
-    if prefix[:19] in (_MAT5_TEXT, _MAT73_TEXT) or prefix[:8] == _HDF5_MAGIC:
-        return "mat"
-    if _is_mat(prefix):
-        return "mat"
-    return "unknown"
-
-
-def _is_mat(prefix: bytes) -> bool:
-    """A Level-5/7.3 header (version and endian indicator at bytes 124-128, any text), or a
-    plausible Level-4 first matrix header (no magic: type, sizes and a NUL-ended name)."""
-    from npystore.formats import mat4, mat5  # noqa: PLC0415
-
-    if len(prefix) >= 128 and prefix[126:128] in (b"IM", b"MI") and 0 not in prefix[:4]:
-        version = int.from_bytes(prefix[124:126], "little" if prefix[126:128] == b"IM" else "big")
-        return version in (0x0100, 0x0200)
-    try:
-        found, _ = mat4.scan_v4(prefix, 0, 1 << 62, source="<prefix>")
-    except (FormatError, UnsupportedError, ValueError):
-        return False
-    del mat5
-    return bool(found) and found[0].name.isprintable()
-
-
 def open(
     url: Source,
     *,
@@ -459,8 +341,8 @@ def open(
     Returns
     -------
     dask.array.Array or NpzFile or MatFile
-        A dask array for an ``.npy`` file; an :class:`~npystore.npz.NpzFile` mapping for a
-        ZIP archive (``.npz``); a :class:`~npystore.matfile.MatFile` for a MATLAB file.
+        A dask array for an ``.npy`` file; an :class:`~npystore.faces.npz.NpzFile` mapping for a
+        ZIP archive (``.npz``); a :class:`~npystore.faces.matfile.MatFile` for a MATLAB file.
 
     Raises
     ------
@@ -472,21 +354,14 @@ def open(
     TypeError
         A keyword the format's opener does not take.
     """
-    reader = open_reader(url, storage_options)
-    prefix = read_prefix(reader)
-    kind = sniff(prefix)
-    if kind == "npy":
-        return _npy_dask(reader, prefix, **kwargs)
-    if kind == "npz":
-        from npystore.npz import npz_from_reader  # noqa: PLC0415
+    found = sniff_source(url, storage_options)
+    if found.kind == "npy":
+        return _npy_dask(found.reader, found.prefix, **kwargs)
+    if found.kind == "npz":
+        from npystore.faces.npz import npz_from_reader  # noqa: PLC0415
 
-        return npz_from_reader(reader, **kwargs)
-    if kind == "mat":
-        from npystore.matfile import mat_from_reader  # noqa: PLC0415
+        return npz_from_reader(found.reader, **kwargs)
+    from npystore.faces.matfile import mat_from_reader  # noqa: PLC0415
 
-        kwargs.pop("allow_pickle", None)  # MATLAB files hold no pickles
-        return mat_from_reader(reader, builtins.bytes(prefix[:128]), **kwargs)
-    raise FormatError(
-        f"{reader.url}: unknown format: the first bytes are {builtins.bytes(prefix[:8])!r}, "
-        f"expected the .npy magic {npy.MAGIC!r}, a ZIP signature or a MATLAB header"
-    )
+    kwargs.pop("allow_pickle", None)  # MATLAB files hold no pickles
+    return mat_from_reader(found.reader, found.prefix, **kwargs)

@@ -1,10 +1,10 @@
 """The dask face: a layout read through a reader becomes a lazy :class:`dask.array.Array`.
 
-Each chunk is a task that indexes one :class:`~npystore.access.LayoutArray` (stored once in
+Each chunk is a task that indexes one :class:`~npystore.read.access.LayoutArray` (stored once in
 the graph, so graphs pickle small). Because the tasks are dask's own ``getter`` tasks, dask's
 slice fusion applies: ``a[10:20].compute()`` reads only the bytes of those rows, not whole
 chunks (``fancy=True``: dask 2026.8 fuses slices only into fancy-capable getters, so
-:class:`~npystore.access.LayoutArray` accepts integer and boolean index arrays too).
+:class:`~npystore.read.access.LayoutArray` accepts integer and boolean index arrays too).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from npystore.access import LayoutArray
 from npystore.errors import UnsupportedError
-from npystore.layout import (
+from npystore.read.access import LayoutArray
+from npystore.read.layout import (
     ArrayLayout,
     ChunkedExtent,
     ConvertedExtent,
@@ -51,7 +51,7 @@ def normalize_layout_chunks(array: LayoutArray, chunks: ChunksSpec) -> tuple[tup
     """Explicit chunk sizes for ``array``.
 
     ``"auto"`` gives contiguous chunks of about dask's ``array.chunk-size`` that split only
-    the slowest-varying axis when possible (see :func:`npystore.layout.contiguous_chunks`);
+    the slowest-varying axis when possible (see :func:`npystore.read.layout.contiguous_chunks`);
     every other spec has dask's meaning. Pickled (object) arrays are one chunk.
     """
     layout = array.layout

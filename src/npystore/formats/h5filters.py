@@ -107,7 +107,7 @@ _ZLIB: Final = zlib_module()
 
 
 class FilterLike(Protocol):
-    """A pipeline step as this module reads it (:class:`npystore.layout.Filter` is one)."""
+    """A pipeline step as this module reads it (:class:`npystore.read.layout.Filter` is one)."""
 
     @property
     def id(self) -> int:
@@ -255,7 +255,7 @@ def decode_chunk(
     ----------
     data : bytes-like
         The chunk's stored bytes.
-    filters : sequence of npystore.layout.Filter
+    filters : sequence of npystore.read.layout.Filter
         The pipeline in the order it was applied when writing (``id``, ``name``,
         ``client_data``).
     filter_mask : int

@@ -195,7 +195,7 @@ class SymbolTableWalk:
             cache = int.from_bytes(data[pos + n + o : pos + n + o + 4], "little")
             if cache == _CACHE_SOFT_LINK and header == (1 << 8 * o) - 1:
                 # a soft link: its value is in the heap, its header address undefined;
-                # libhdf5 resolves it by name (checked by npystore.h5safe first)
+                # libhdf5 resolves it by name (checked by npystore.files.mat.h5safe first)
                 self._symbols.append((name, SOFT_LINK))
                 continue
             if header >= self.file_end:

@@ -2,13 +2,13 @@
 
 A v7.3 MAT-file is an HDF5 file behind a 512-byte user block (the MAT header text). This
 module never opens anything: it walks an HDF5 root group handed to it
-(:func:`npystore.h5safe.safe_root` of an h5py ``File``: links are checked before they are
+(:func:`npystore.files.mat.h5safe.safe_root` of an h5py ``File``: links are checked before they are
 followed, and a dataset's values are read only through ``read(where)``, which refuses
 external storage and virtual datasets) and reads attributes, shapes and the small datasets
 that are metadata in MATLAB's scheme (characters, object references, the dims of empty
 arrays, classdef object headers). Numeric datasets are never read here: a
 :class:`NumericArray` or :class:`SparseArray` holds the dataset handles, and the IO layer
-(:mod:`npystore.mat_v73`) turns them into byte-range layouts.
+(:mod:`npystore.files.mat.v73`) turns them into byte-range layouts.
 
 How MATLAB maps values to HDF5 (checked against real MATLAB-written files)::
 

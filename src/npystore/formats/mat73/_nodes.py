@@ -53,7 +53,7 @@ class Attrs(Protocol):
 
 
 class H5Dataset(Protocol):
-    """What is used of an HDF5 dataset (:class:`npystore.h5safe.SafeDataset`: an h5py
+    """What is used of an HDF5 dataset (:class:`npystore.files.mat.h5safe.SafeDataset`: an h5py
     ``Dataset`` whose values are read only through :meth:`read`)."""
 
     @property
@@ -80,7 +80,7 @@ class H5Dataset(Protocol):
 
 
 class H5Group(Protocol):
-    """What is used of an HDF5 group (:class:`npystore.h5safe.SafeGroup`: an h5py
+    """What is used of an HDF5 group (:class:`npystore.files.mat.h5safe.SafeGroup`: an h5py
     ``Group`` whose members are opened one checked link at a time, external links
     refused); indexing it with an object reference resolves the reference.
 
@@ -194,7 +194,7 @@ MatNode: TypeAlias = NumericArray | CharArray | SparseArray | CellArray | Struct
 
 
 class VarInfo(NamedTuple):
-    """A variable as ``whos`` lists it (the fields of :class:`npystore.mattree.MatInfo`)."""
+    """A variable as ``whos`` lists it (the fields of :class:`npystore.files.mat.tree.MatInfo`)."""
 
     name: str
     matlab_class: str

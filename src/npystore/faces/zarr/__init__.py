@@ -1,0 +1,1 @@
+"""The read-only Zarr v3 face: the store, its data types and the MATLAB hierarchy."""

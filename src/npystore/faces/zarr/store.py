@@ -1,0 +1,448 @@
+"""The Zarr face: layouts served as a read-only Zarr v3 store (:class:`LayoutStore`).
+
+Every array of a file becomes a Zarr array whose chunks are computed from its
+:class:`~npystore.read.layout.ArrayLayout`; nothing is copied or converted ahead of time:
+
+- ``zarr.json`` documents are synthesized with zarr's own metadata classes. Fortran order is
+  the ``transpose`` codec before ``bytes``; big-endian data is the ``bytes`` codec's
+  ``endian: "big"``; the root group carries consolidated metadata, so zarr never lists.
+- a chunk key (``c/i/j``) maps to a hyperslab of the layout: a full chunk of a raw layout in
+  its natural order is one byte range; edge chunks are zero-padded to the full chunk shape,
+  as Zarr requires; deflated members are served through their checkpoint index.
+- reads run in worker threads (``asyncio.to_thread``) through the fetch layer, so they are
+  concurrent and never block zarr's event loop.
+
+Keys never contain ``..`` or a leading ``/``: node names are made from member names by
+:func:`node_name` (percent-encoding, reserved names escaped, long names shortened), and the
+original name is kept in the node's attributes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import math
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import quote
+
+import numpy as np
+
+from npystore.errors import UnsupportedError, missing_dependency
+
+try:
+    from zarr.abc.store import (
+        ByteRequest,
+        OffsetByteRequest,
+        RangeByteRequest,
+        Store,
+        SuffixByteRequest,
+    )
+    from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+    from zarr.core.group import ConsolidatedMetadata, GroupMetadata
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+except ImportError as exc:
+    raise missing_dependency("zarr", "zarr", "npystore's Zarr store", exc) from exc
+
+from npystore.faces.zarr.dtypes import zarr_dtype_for
+from npystore.read.access import LayoutArray, read_selection
+from npystore.read.layout import contiguous_chunks
+
+__all__ = ["MAX_NODE_NAME", "ArrayNode", "GroupNode", "LayoutStore", "node_name"]
+
+#: Target bytes of a Zarr chunk (contiguous ranges of the file, like dask's "auto").
+CHUNK_TARGET: Final = 16 * 2**20
+#: Longest node name (ASCII characters); longer ones are shortened with a hash (see
+#: :func:`node_name`). File systems allow 255 bytes per path component.
+MAX_NODE_NAME: Final = 200
+_META: Final = "zarr.json"
+
+
+def node_name(name: str) -> str:
+    """The Zarr node name of a member or variable name: safe as a key component and as a
+    file or directory name, the same in :func:`npystore.open_store` and ``convert``.
+
+    The scheme (deterministic; different names never give the same node name):
+
+    - UTF-8 bytes other than ASCII letters, digits and ``-._`` are percent-encoded
+      (``%XX``, upper case), so ``/`` never splits a name and every node name is ASCII;
+      ``~`` is encoded too (it marks shortened names, below).
+    - a leading ``.`` (hidden files, ``.``, ``..``, zarr v2's ``.zarray``, the conversion
+      manifest ``.npystore-convert.json``) is ``%2E``; a leading ``__`` (reserved by Zarr)
+      starts ``%5F``; a name that is ``zarr.json`` in any letter case (the metadata
+      document of the group holding it, also on case-insensitive file systems) is
+      ``zarr%2Ejson``.
+    - the empty name is ``~empty``.
+    - a node name longer than :data:`MAX_NODE_NAME` characters (file systems allow 255
+      bytes per component) is cut to its first 183 characters (never inside an escape)
+      plus ``~`` and the first 16 hex digits of the SHA-256 of the name's UTF-8.
+
+    Everything but shortened names decodes back with :func:`urllib.parse.unquote`; the
+    original name is also kept in the node's attributes and, for every name that changed,
+    in the root group's ``npystore.renamed`` (or ``matlab_name``) attribute.
+
+    Examples
+    --------
+    >>> node_name("temperature"), node_name("a/b"), node_name("zarr.json")
+    ('temperature', 'a%2Fb', 'zarr%2Ejson')
+    >>> node_name(".npystore-convert.json"), node_name("")
+    ('%2Enpystore-convert.json', '~empty')
+    """
+    safe = quote(name, safe="").replace("~", "%7E")
+    if not safe:
+        return "~empty"
+    if safe.startswith("."):
+        safe = "%2E" + safe[1:]
+    elif safe.startswith("__"):
+        safe = "%5F" + safe[1:]
+    elif safe.lower() == "zarr.json":
+        safe = safe[:4] + "%2E" + safe[5:]
+    if len(safe) <= MAX_NODE_NAME:
+        return safe
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    cut = MAX_NODE_NAME - 17
+    escape = safe.rfind("%", cut - 2, cut)  # never cut an escape in two
+    if escape != -1:
+        cut = escape
+    return f"{safe[:cut]}~{digest}"
+
+
+@dataclass(frozen=True)
+class ArrayNode:
+    """An array of the hierarchy: where its bytes are, and its Zarr attributes."""
+
+    array: LayoutArray
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+    chunk_shape: tuple[int, ...] | None = None
+    #: Names of the dimensions (xarray needs them); default ``{prefix}dim_{i}``.
+    dimension_names: tuple[str, ...] | None = None
+    dimension_prefix: str = ""
+
+    def dims(self) -> tuple[str, ...]:
+        """The dimension names: given, or ``{prefix}dim_{i}`` (unique per array)."""
+        if self.dimension_names is not None:
+            return self.dimension_names
+        return tuple(f"{self.dimension_prefix}dim_{i}" for i in range(self.array.layout.ndim))
+
+    def chunks(self) -> tuple[int, ...]:
+        """The regular chunk shape: contiguous ranges of about :data:`CHUNK_TARGET` bytes."""
+        if self.chunk_shape is not None:
+            return self.chunk_shape
+        layout = self.array.layout
+        grid = contiguous_chunks(layout.shape, layout.dtype.itemsize, layout.order, CHUNK_TARGET)
+        return tuple(max(1, c[0]) if c else 1 for c in grid)
+
+    def chunk_nbytes(self) -> int:
+        """Bytes of one full (padded) chunk."""
+        return math.prod(self.chunks()) * self.array.layout.dtype.itemsize
+
+
+@dataclass(frozen=True)
+class GroupNode:
+    """A group of the hierarchy, with its attributes."""
+
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+Node = ArrayNode | GroupNode
+
+
+def _array_metadata(node: ArrayNode) -> ArrayV3Metadata:
+    layout = node.array.layout
+    if layout.dtype.hasobject:
+        raise UnsupportedError(
+            f"{node.array.source}: object arrays (pickles) have no Zarr representation"
+        )
+    zdtype = zarr_dtype_for(layout.dtype)
+    codecs: list[dict[str, Any]] = []
+    if layout.order == "F" and layout.ndim > 1:
+        codecs.append(
+            {"name": "transpose", "configuration": {"order": list(range(layout.ndim))[::-1]}}
+        )
+    byteorder = layout.dtype.byteorder
+    if getattr(zdtype, "endianness", None) is not None and layout.dtype.itemsize > 1:
+        endian = "big" if byteorder == ">" or (byteorder == "=" and _native_big()) else "little"
+        codecs.append({"name": "bytes", "configuration": {"endian": endian}})
+    else:
+        codecs.append({"name": "bytes"})
+    return ArrayV3Metadata(
+        shape=layout.shape,
+        data_type=zdtype,
+        chunk_grid={"name": "regular", "configuration": {"chunk_shape": list(node.chunks())}},
+        chunk_key_encoding={"name": "default", "configuration": {"separator": "/"}},
+        fill_value=zdtype.default_scalar(),
+        codecs=codecs,
+        attributes=dict(node.attributes),
+        dimension_names=node.dims(),
+    )
+
+
+def _native_big() -> bool:
+    return np.dtype("=i2").str[0] == ">"
+
+
+class LayoutStore(Store):
+    """A read-only Zarr v3 store over the arrays of one file.
+
+    Parameters
+    ----------
+    nodes : mapping of str to ArrayNode or GroupNode
+        The hierarchy: ``""`` is the root; other paths are ``/``-separated node names.
+    url : str
+        The file's URL (for ``repr``, equality and messages).
+    """
+
+    supports_writes: bool = False
+    supports_deletes: bool = False
+    supports_partial_writes: bool = False  # type: ignore[assignment]
+    supports_listing: bool = True
+
+    def __init__(self, nodes: Mapping[str, Node], *, url: str, read_only: bool = True) -> None:
+        if not read_only:
+            raise UnsupportedError(f"{url}: npystore stores are read-only")
+        super().__init__(read_only=True)
+        self.url = url
+        self._nodes = dict(nodes)
+        if "" not in self._nodes:
+            raise ValueError("a hierarchy needs a root node at path ''")
+        for path in self._nodes:
+            parts = path.split("/") if path else []
+            if any(p in ("", ".", "..") for p in parts):
+                raise ValueError(f"unsafe node path {path!r}")
+        self._metadata: dict[str, bytes] = {}
+
+    # -- identity --------------------------------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, LayoutStore)
+            and other.url == self.url
+            and self._tokens() == other._tokens()
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.url, self._tokens()))
+
+    def _tokens(self) -> tuple[Any, ...]:
+        return tuple(
+            (p, n.array.reader.token if isinstance(n, ArrayNode) else None)
+            for p, n in sorted(self._nodes.items())
+        )
+
+    def __repr__(self) -> str:
+        arrays = sum(isinstance(n, ArrayNode) for n in self._nodes.values())
+        return f"LayoutStore({self.url!r}, arrays={arrays})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "nodes": self._nodes}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["nodes"], url=state["url"])  # type: ignore[misc]
+
+    def with_read_only(self, read_only: bool = False) -> LayoutStore:
+        """The same store; asking for a writable one raises :class:`UnsupportedError`."""
+        if not read_only:
+            raise UnsupportedError(f"{self.url}: npystore stores are read-only")
+        return LayoutStore(self._nodes, url=self.url)
+
+    # -- metadata --------------------------------------------------------------------------
+
+    def _metadata_bytes(self, path: str) -> bytes:
+        cached = self._metadata.get(path)
+        if cached is not None:
+            return cached
+        node = self._nodes[path]
+        proto = default_buffer_prototype()
+        if isinstance(node, ArrayNode):
+            doc = _array_metadata(node).to_buffer_dict(proto)[_META].to_bytes()
+        else:
+            consolidated = None
+            if path == "":
+                members: dict[str, Any] = {}
+                for p, n in self._nodes.items():
+                    if p == "":
+                        continue
+                    members[p] = (
+                        _array_metadata(n)
+                        if isinstance(n, ArrayNode)
+                        else GroupMetadata(attributes=dict(n.attributes), zarr_format=3)
+                    )
+                consolidated = ConsolidatedMetadata(metadata=members)
+            meta = GroupMetadata(
+                attributes=dict(node.attributes), zarr_format=3, consolidated_metadata=consolidated
+            )
+            doc = meta.to_buffer_dict(proto)[_META].to_bytes()
+        self._metadata[path] = doc
+        return doc
+
+    # -- keys ------------------------------------------------------------------------------
+
+    def _resolve(self, key: str) -> tuple[str, tuple[int, ...] | None] | None:
+        """``(node path, None)`` for a metadata key, ``(array path, chunk index)`` for a
+        chunk key, ``None`` for anything that is not in the store."""
+        if key.startswith("/") or ".." in key.split("/"):
+            return None
+        if key == _META:
+            return "", None
+        if key.endswith("/" + _META):
+            path = key[: -len(_META) - 1]
+            return (path, None) if path in self._nodes else None
+        if isinstance(self._nodes[""], ArrayNode) and (key == "c" or key.startswith("c/")):
+            head, tail = "", key[1:]
+        else:
+            head, sep, tail = key.rpartition("/c")
+            if not sep or (tail and not tail.startswith("/")):
+                return None
+        node = self._nodes.get(head)
+        if not isinstance(node, ArrayNode):
+            return None
+        parts = tail.split("/")[1:] if tail else []
+        ndim = node.array.layout.ndim
+        if len(parts) != ndim or not all(p.isdigit() for p in parts):
+            return None
+        index = tuple(int(p) for p in parts)
+        grid = self._grid(node)
+        if any(i >= n for i, n in zip(index, grid, strict=True)):
+            return None
+        return head, index
+
+    @staticmethod
+    def _grid(node: ArrayNode) -> tuple[int, ...]:
+        chunks = node.chunks()
+        return tuple(math.ceil(n / c) for n, c in zip(node.array.layout.shape, chunks, strict=True))
+
+    def _chunk_bytes(self, node: ArrayNode, index: tuple[int, ...]) -> bytes:
+        layout = node.array.layout
+        chunks = node.chunks()
+        sel = tuple(
+            (i * c, min(c, n - i * c), 1)
+            for i, c, n in zip(index, chunks, layout.shape, strict=True)
+        )
+        data = read_selection(node.array.reader, layout, sel)
+        if all(count == c for (_, count, _), c in zip(sel, chunks, strict=True)):
+            return data.tobytes(order=layout.order)
+        padded = np.zeros(chunks, dtype=layout.dtype, order=layout.order)
+        padded[tuple(slice(0, count) for _, count, _ in sel)] = data
+        return padded.tobytes(order=layout.order)
+
+    def _value(self, key: str) -> bytes | None:
+        where = self._resolve(key)
+        if where is None:
+            return None
+        path, index = where
+        if index is None:
+            return self._metadata_bytes(path)
+        node = self._nodes[path]
+        if not isinstance(node, ArrayNode):  # pragma: no cover - _resolve checked it
+            return None
+        return self._chunk_bytes(node, index)
+
+    # -- the read side of the Store contract ------------------------------------------------
+
+    async def get(
+        self,
+        key: str,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        """The value of ``key`` (or part of it), ``None`` if the key is not in the store."""
+        proto = prototype or default_buffer_prototype()
+        value = await asyncio.to_thread(self._value, key)
+        if value is None:
+            return None
+        return proto.buffer.from_bytes(_slice(value, byte_range))
+
+    async def get_partial_values(
+        self,
+        prototype: BufferPrototype,
+        key_ranges: Iterable[tuple[str, ByteRequest | None]],
+    ) -> list[Buffer | None]:
+        """Several (possibly partial) values, fetched concurrently."""
+        return list(await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges)))
+
+    async def exists(self, key: str) -> bool:
+        """Whether ``key`` is in the store (no data is read)."""
+        return self._resolve(key) is not None
+
+    async def getsize(self, key: str) -> int:
+        """Size in bytes of a value (chunks: the full, padded chunk)."""
+        where = self._resolve(key)
+        if where is None:
+            raise FileNotFoundError(key)
+        path, index = where
+        if index is None:
+            return len(self._metadata_bytes(path))
+        node = self._nodes[path]
+        assert isinstance(node, ArrayNode)
+        return node.chunk_nbytes()
+
+    def _keys(self) -> Iterable[str]:
+        for path, node in self._nodes.items():
+            yield f"{path}/{_META}" if path else _META
+            if isinstance(node, ArrayNode):
+                base = f"{path}/c" if path else "c"
+                for index in itertools.product(*(range(n) for n in self._grid(node))):
+                    yield "/".join([base, *map(str, index)]) if index else base
+
+    async def list(self) -> AsyncIterator[str]:
+        """Every key: metadata documents and chunk keys."""
+        for key in self._keys():
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        """Every key starting with ``prefix``."""
+        for key in self._keys():
+            if key.startswith(prefix):
+                yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        """The names directly under ``prefix`` (keys and sub-directories)."""
+        base = prefix.rstrip("/")
+        start = f"{base}/" if base else ""
+        seen: set[str] = set()
+        for key in self._keys():
+            if not key.startswith(start):
+                continue
+            child = key[len(start) :].split("/", 1)[0]
+            if child not in seen:
+                seen.add(child)
+                yield child
+
+    # -- writes are refused ------------------------------------------------------------------
+
+    def _refuse(self) -> UnsupportedError:
+        return UnsupportedError(f"{self.url}: npystore stores are read-only")
+
+    async def set(self, key: str, value: Buffer) -> None:
+        """Refused: the store is read-only."""
+        raise self._refuse()
+
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        """Refused: the store is read-only."""
+        raise self._refuse()
+
+    async def delete(self, key: str) -> None:
+        """Refused: the store is read-only."""
+        raise self._refuse()
+
+    async def delete_dir(self, prefix: str) -> None:
+        """Refused: the store is read-only."""
+        raise self._refuse()
+
+    async def clear(self) -> None:
+        """Refused: the store is read-only."""
+        raise self._refuse()
+
+
+def _slice(value: bytes, byte_range: ByteRequest | None) -> bytes:
+    if byte_range is None:
+        return value
+    if isinstance(byte_range, RangeByteRequest):
+        return value[byte_range.start : byte_range.end]
+    if isinstance(byte_range, OffsetByteRequest):
+        return value[byte_range.offset :]
+    if isinstance(byte_range, SuffixByteRequest):
+        return value[-byte_range.suffix :] if byte_range.suffix else b""
+    raise TypeError(f"Unexpected byte_range, got {byte_range!r}")

@@ -1,0 +1,421 @@
+"""Opening a remote object: its identity from one request, retried within the budget.
+
+Part of the fetch layer (see :mod:`npystore.fetch`). On S3 an object is opened with one
+ranged ``GetObject`` of its first (or last) bytes, whose answer carries what ``HeadObject``
+would (ETag, LastModified, VersionId, the size in ``Content-Range``): :func:`s3_open`.
+Elsewhere the identity is the filesystem's ``info``, asked within the budget on async
+filesystems: :func:`info_within`. :func:`get_object` is the one ranged ``GetObject`` that
+both the opening and botocore-served range reads use.
+
+One retry budget: npystore's requests through botocore are retried by npystore alone (see
+:mod:`npystore.fetch.remote`). botocore's retry handler is told not to retry them (a
+``needs-retry`` handler that answers "no" for npystore's own requests, which a context
+variable marks, so the filesystem's other calls keep botocore's retries) and s3fs's retry
+wrapper is not used for them; an unreachable endpoint then fails after npystore's attempts
+(about 2 s) instead of botocore's attempts times npystore's (44 s).
+
+:func:`filesystem` makes the filesystem of a URL and turns fsspec's errors for an unknown
+protocol or a missing implementation into :class:`~npystore.errors.UnsupportedError` and
+:class:`~npystore.errors.MissingDependencyError` naming the protocol and the package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import errno
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from npystore.errors import (
+    ConsistencyError,
+    MissingDependencyError,
+    UnsupportedError,
+    missing_dependency,
+)
+from npystore.fetch import remote
+from npystore.fetch.remote import READ_BUDGET, REMOTE_ATTEMPTS
+
+__all__ = [
+    "CONTENT_RANGE",
+    "call_s3",
+    "error_code",
+    "filesystem",
+    "get_object",
+    "info_within",
+    "named",
+    "s3_open",
+]
+
+#: ``Content-Range: bytes first-last/total`` (total ``*`` when unknown).
+CONTENT_RANGE: Final = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+#: Most bytes taken from a response stream at a time when it is copied into a buffer.
+_STREAM_PIECE: Final = 2**20
+#: Protocols whose implementation comes with an npystore extra: (package, extra).
+_EXTRAS: Final = {
+    "s3": ("s3fs", "s3"),
+    "s3a": ("s3fs", "s3"),
+    "http": ("aiohttp", "http"),
+    "https": ("aiohttp", "http"),
+}
+#: HTTP statuses an ``info`` request is not retried for (the answer will not change).
+_FINAL_STATUSES: Final = frozenset({400, 401, 403, 404, 405, 410})
+
+#: True while npystore sends one of its own requests through botocore (see the module doc).
+_OWN_RETRIES: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "npystore_own_retries", default=False
+)
+_NO_RETRY_ID: Final = "npystore-retries-its-own-requests"
+
+
+# -- the filesystem of a URL ---------------------------------------------------------------
+
+
+def filesystem(url: str, options: Mapping[str, Any]) -> tuple[Any, str]:
+    """``fsspec.core.url_to_fs(url, **options)``, with clear errors for protocols fsspec
+    does not know (:class:`~npystore.errors.UnsupportedError`) or whose package is missing
+    (:class:`~npystore.errors.MissingDependencyError` naming it, and the npystore extra that
+    installs it where there is one). Every protocol of a chained URL is checked."""
+    import fsspec  # noqa: PLC0415 - the fetch layer's own dependency, loaded with it
+
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **options)
+    except (ValueError, ImportError) as exc:
+        problem = _protocol_problem(url)
+        if problem is None:
+            raise
+        raise problem from exc
+    return fs, path
+
+
+def _protocol_problem(url: str) -> UnsupportedError | None:
+    """What is wrong with the protocols of ``url`` (None: nothing)."""
+    import fsspec  # noqa: PLC0415
+    from fsspec.registry import known_implementations  # noqa: PLC0415
+
+    for part in url.split("::"):
+        protocol = fsspec.core.split_protocol(part)[0] or "file"
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except ValueError:
+            return UnsupportedError(
+                f"{url}: no filesystem is known for the protocol {protocol!r} (check the URL; "
+                f"fsspec knows e.g. file, memory, http, https, s3, gcs, az, and the protocols "
+                f"of installed packages that register one)"
+            )
+        except ImportError as exc:
+            return _missing_implementation(url, protocol, exc, known_implementations)
+    return None
+
+
+def _missing_implementation(
+    url: str, protocol: str, exc: ImportError, known: Mapping[str, Mapping[str, str]]
+) -> MissingDependencyError:
+    """The error for a known protocol whose implementation cannot be imported."""
+    what = f"{url}: the {protocol}:// protocol"
+    if protocol in _EXTRAS:
+        package, extra = _EXTRAS[protocol]
+        return missing_dependency(package, extra, what, exc)
+    spec = known.get(protocol, {})
+    root = str(spec.get("class", "")).split(".")[0]
+    if root and root != "fsspec":  # a package of its own (gcsfs, adlfs, ...)
+        return missing_dependency(root, None, what, exc)
+    return MissingDependencyError(
+        f"{what} needs a package that is not installed or cannot be imported "
+        f"({type(exc).__name__}: {exc}); install what it names",
+        None,
+        None,
+    )
+
+
+def named(exc: OSError, name: str) -> OSError:
+    """``exc`` (a missing or forbidden object) as the same type with ``errno``, a message and
+    ``filename`` naming ``name`` (S3 says "The specified key does not exist.", fsspec's http
+    only the URL); ``exc`` itself if it has a file name already (a local path's)."""
+    if exc.filename is not None or not isinstance(exc, (FileNotFoundError, PermissionError)):
+        return exc
+    detail = exc.strerror or str(exc)
+    missing = isinstance(exc, FileNotFoundError)
+    text = "No such file or object" if missing else "Access denied"
+    if detail and detail != name:
+        text += f" ({detail})"
+    if missing:
+        return FileNotFoundError(errno.ENOENT, text, name)
+    return PermissionError(errno.EACCES, text, name)
+
+
+# -- S3 requests -----------------------------------------------------------------------------
+
+
+def _no_botocore_retry(
+    caught_exception: BaseException | None = None, response: Any = None, **_: Any
+) -> bool | None:
+    """``needs-retry.s3.GetObject`` handler: "do not retry" (False, which aiobotocore takes
+    as an answer) for npystore's own requests that botocore would retry (a connection error,
+    429, 5xx); no opinion otherwise (redirects to another region stay botocore's)."""
+    if not _OWN_RETRIES.get():
+        return None
+    if caught_exception is not None:
+        return False
+    status = getattr(response[0], "status_code", None) if isinstance(response, tuple) else None
+    if isinstance(status, int) and (status == 429 or status >= 500):
+        return False
+    return None
+
+
+async def call_s3(fs: Any, method: str, **params: Any) -> dict[str, Any]:
+    """One S3 request of npystore's through the client of ``fs``, as ``fs._call_s3`` makes
+    it (the filesystem's extra request arguments included; errors translated to
+    ``FileNotFoundError``, ``PermissionError``, ``OSError`` as s3fs does) but tried once:
+    npystore's retry loop is the only one (see the module doc)."""
+    from s3fs.errors import translate_boto_error  # noqa: PLC0415 - S3 only
+
+    await fs.set_session()
+    client = await fs.get_s3(params.get("Bucket"))
+    client.meta.events.register_first(
+        f"needs-retry.s3.{_OPERATIONS[method]}", _no_botocore_retry, unique_id=_NO_RETRY_ID
+    )
+    call = getattr(client, method)
+    kwargs = fs._get_s3_method_kwargs(call, **params)
+    token = _OWN_RETRIES.set(True)
+    try:
+        resp: dict[str, Any] = await call(**kwargs)
+    except Exception as exc:
+        translated = translate_boto_error(exc)
+        if translated is exc:
+            raise
+        raise translated from exc
+    finally:
+        _OWN_RETRIES.reset(token)
+    return resp
+
+
+_OPERATIONS: Final = {"get_object": "GetObject", "head_object": "HeadObject"}
+
+
+async def get_object(
+    fs: Any,
+    bucket: str,
+    key: str,
+    byte_range: str,
+    pin: Mapping[str, str],
+    into: memoryview | None = None,
+    *,
+    check: Callable[[str | None, str | None, str], None] | None = None,
+) -> tuple[dict[str, Any], bytes | memoryview]:
+    """One ranged ``GetObject``: the response and its body (streamed into ``into`` if given,
+    see :func:`_stream_into`); the body is always closed. ``check(etag, version_id,
+    content_range)`` sees the response before its body is read (and may raise)."""
+    resp = await call_s3(fs, "get_object", Bucket=bucket, Key=key, Range=byte_range, **pin)
+    body = resp["Body"]
+    try:
+        if check is not None:
+            check(resp.get("ETag"), resp.get("VersionId"), str(resp.get("ContentRange") or ""))
+        data = await body.read() if into is None else await _stream_into(body, into)
+    finally:
+        body.close()
+    return resp, data
+
+
+async def _stream_into(body: Any, view: memoryview) -> memoryview:
+    """Copy a response body into ``view`` as it arrives (``read(amt)`` of aiobotocore's
+    ``StreamingBody``); the part filled. A body longer than the view reports one byte more
+    than the view holds, so the caller's length check fails."""
+    filled = 0
+    while True:
+        piece = await body.read(min(_STREAM_PIECE, view.nbytes - filled + 1))
+        if not piece:
+            return view[:filled]
+        end = filled + len(piece)
+        if end > view.nbytes:
+            return memoryview(bytes(view.nbytes + 1))
+        view[filled:end] = piece
+        filled = end
+
+
+def _opening_bytes(resp: Mapping[str, Any], data: bytes, count: int) -> tuple[int, bytes] | str:
+    """``(size, bytes)`` from the answer to the opening GET, or what is wrong with it.
+
+    ``count > 0`` asked for the first ``count`` bytes, ``count < 0`` for the last ``-count``.
+    A server that ignores the range sends the whole object (no ``Content-Range``).
+    """
+    content_range = str(resp.get("ContentRange") or "")
+    match = CONTENT_RANGE.fullmatch(content_range)
+    if match is None or match.group(3) == "*":
+        if resp.get("ContentLength") != len(data):
+            return f"no usable Content-Range ({content_range!r}) and a short body"
+        size = len(data)
+        want = min(abs(count), size)
+        return size, data[:want] if count > 0 else data[size - want :]
+    size = int(match.group(3))
+    want = min(abs(count), size)
+    first = 0 if count > 0 else size - want
+    if int(match.group(1)) != first or len(data) != want:
+        return f"got {len(data)} bytes as {content_range!r}, expected bytes {first}+{want}"
+    return size, bytes(data)
+
+
+def error_code(exc: BaseException) -> str | None:
+    """The S3 error code behind an exception (s3fs wraps botocore's ClientError)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        response = getattr(current, "response", None)
+        if isinstance(response, Mapping):
+            error = response.get("Error")
+            if isinstance(error, Mapping) and error.get("Code"):
+                return str(error["Code"])
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def info_within(fs: Any, path: str, name: str, budget: float) -> Mapping[str, Any]:
+    """``fs.info(path)``; on an async filesystem (http, gcs, ...) retried like a range read:
+    up to :data:`REMOTE_ATTEMPTS` attempts with backoff, all within ``budget`` seconds, then
+    a :class:`~npystore.errors.FetchError` naming ``name`` and the last problem. A missing or
+    forbidden object (``FileNotFoundError``, ``PermissionError``, an HTTP 4xx answer) is
+    raised at once, naming ``name``."""
+    if not getattr(fs, "async_impl", False):
+        try:
+            info: Mapping[str, Any] = fs.info(path)
+        except (FileNotFoundError, PermissionError) as exc:
+            raise named(exc, name) from exc
+        return info
+    from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
+
+    result: Mapping[str, Any] = sync(fs.loop, _info_attempts, fs, path, name, budget)
+    return result
+
+
+def _transport_failure(exc: FileNotFoundError, fs: Any) -> BaseException | None:
+    """The connection error behind a ``FileNotFoundError`` of fsspec's HTTPFileSystem, which
+    reports any failure of its ``info`` requests (a refused connection too) as one; None
+    for a real "not found" (a 404 answer) and for other filesystems."""
+    if not any(c.__module__ == "fsspec.implementations.http" for c in type(fs).__mro__):
+        return None
+    cause = exc.__cause__
+    if cause is None or isinstance(cause, FileNotFoundError):
+        return None
+    return None if getattr(cause, "status", None) is not None else cause
+
+
+async def _info_attempts(fs: Any, path: str, name: str, budget: float) -> Mapping[str, Any]:
+    loop = asyncio.get_running_loop()
+    problem: BaseException | str | None = None
+    spent = 0.0
+    made = 0
+    for attempt in range(REMOTE_ATTEMPTS):
+        began = loop.time()
+        made += 1
+        deadline = remote.limit(budget - spent)
+        try:
+            async with deadline:
+                got: Mapping[str, Any] = await fs._info(path)
+        except (FileNotFoundError, PermissionError) as exc:
+            spent += loop.time() - began
+            cause = _transport_failure(exc, fs) if isinstance(exc, FileNotFoundError) else None
+            if cause is None:
+                raise named(exc, name) from exc
+            problem = cause
+        except Exception as exc:  # retried; FetchError after the attempts or the budget
+            spent += loop.time() - began
+            if remote.is_fatal(exc) or getattr(exc, "status", None) in _FINAL_STATUSES:
+                raise
+            problem = remote.cut(loop.time() - began, made) if deadline.expired() else exc
+        else:
+            return got
+        waited = await remote.wait_to_retry(attempt, REMOTE_ATTEMPTS, spent, budget)
+        if waited is None:
+            break
+        spent = waited
+    out = made < REMOTE_ATTEMPTS or spent >= budget  # stopped early: the budget ran out
+    raise remote.failure(name, "the object's size and identity", made, budget, problem, out=out)
+
+
+def s3_open(
+    fs: Any, path: str, name: str, count: int, budget: float = READ_BUDGET
+) -> tuple[Mapping[str, Any], bytes]:
+    """Identity (as an fsspec ``info`` dict) and the first ``count`` bytes (last ``-count``
+    if negative) of an S3 object, from one ranged ``GetObject``, retried within ``budget``
+    seconds.
+
+    The response carries what ``HeadObject`` would (ETag, LastModified, VersionId) and the
+    total size in ``Content-Range``, so opening costs one round trip instead of two. An empty
+    object (no range can be satisfied) falls back to ``info``.
+    """
+    from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
+
+    got: tuple[Mapping[str, Any], bytes] = sync(fs.loop, _s3_opening, fs, path, name, count, budget)
+    return got
+
+
+async def _s3_opening(
+    fs: Any, path: str, name: str, count: int, budget: float
+) -> tuple[Mapping[str, Any], bytes]:
+    loop = asyncio.get_running_loop()
+    bucket, key, version = fs.split_path(path)
+    pin = {"VersionId": version} if version else {}
+    asked = count  # > 0: a prefix of that many bytes, < 0: a suffix
+    span = f"[0, {count})" if count > 0 else f"the last {-count}"
+    problem: BaseException | str | None = None
+    spent = 0.0
+    made = 0
+    for attempt in range(REMOTE_ATTEMPTS):
+        began = loop.time()
+        made += 1
+        deadline = remote.limit(budget - spent)
+        wanted = f"bytes=0-{asked - 1}" if asked > 0 else f"bytes={asked}"
+        try:
+            async with deadline:
+                resp, data = await get_object(fs, bucket, key, wanted, pin)
+        except (FileNotFoundError, PermissionError) as exc:
+            raise named(exc, name) from exc
+        except Exception as exc:  # retried like any range read; FetchError after the budget
+            spent += loop.time() - began
+            if remote.is_fatal(exc):
+                raise
+            code = error_code(exc)
+            if code in ("InvalidRange", "416") and asked < 0:
+                # S3 answers a suffix longer than the object with all of it; some servers
+                # (rclone, ...) refuse it instead. Ask for a prefix of the same length: all
+                # of a smaller object (the tail wanted), else only a bounded prefix
+                asked = -count
+                continue
+            if code in ("InvalidRange", "416"):  # an empty object: no range is satisfiable
+                empty: Mapping[str, Any] = await fs._info(path)
+                return empty, b""
+            if code in ("AccessDenied", "403"):
+                raise named(PermissionError(str(exc)), name) from exc
+            if code in ("NoSuchBucket", "NoSuchKey", "404"):
+                raise named(FileNotFoundError(str(exc)), name) from exc
+            problem = remote.cut(loop.time() - began, made) if deadline.expired() else exc
+        else:
+            spent += loop.time() - began
+            answered = resp.get("VersionId")
+            if version and answered and answered != version:
+                raise ConsistencyError(
+                    f"{name}: asked for version {version}, the server answered with version "
+                    f"{answered} (it ignored the version asked for)"
+                )
+            got = _opening_bytes(resp, bytes(data), asked)  # bytes already (no ``into``)
+            if isinstance(got, str):
+                problem = got
+            else:
+                size, part = got
+                if asked != count and len(part) < size:  # a prefix, not the tail: no tail
+                    part = b""
+                info = {
+                    "size": size,
+                    "ETag": resp.get("ETag"),
+                    "LastModified": resp.get("LastModified"),
+                    "VersionId": answered,
+                }
+                return info, part
+        waited = await remote.wait_to_retry(attempt, REMOTE_ATTEMPTS, spent, budget)
+        if waited is None:
+            break
+        spent = waited
+    out = made < REMOTE_ATTEMPTS or spent >= budget  # stopped early: the budget ran out
+    raise remote.failure(name, f"bytes {span} at open", made, budget, problem, out=out)

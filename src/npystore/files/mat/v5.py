@@ -1,0 +1,557 @@
+"""MAT v5 (``-v6``, ``-v7``) files through the fetch layer: listings and value trees (v4:
+:mod:`npystore.files.mat.v4`).
+
+Reading a Level-5 file (the parser is :mod:`npystore.formats.mat5`):
+
+1. The top-level element tags are walked in windows (256 KiB from byte 128, then at each
+   tag that was not in a window: 64 KiB after a large element, doubling up to 4 MiB while
+   the elements are small): one request for a file of small variables, one per large
+   variable otherwise. The windows are kept.
+2. Each variable's header (name, class, dims) is read from the window its tag is in, in
+   the common layout by :func:`~npystore.formats.mat5.quick_header` (compressed ones:
+   their first 512 bytes inflated); the others' first bytes are fetched in one concurrent
+   batch and parsed the generic way. One tuple per variable is kept (a file may have
+   hundreds of thousands); :meth:`Mat5File.infos` makes the listing when asked, and
+   :meth:`Mat5File.loaded` decodes a small variable straight from its window.
+3. A variable's tree (:meth:`Mat5File.node`) reads its element without numeric data:
+   uncompressed numeric values become byte ranges of the file (:class:`RawExtent`);
+   compressed variables of up to :data:`INFLATE_WHOLE` bytes are inflated once (Adler-32
+   checked) and parsed in memory: leaves of at most :data:`~npystore.files.mat.tree.EAGER_BYTES`
+   are held as values (those inside cells and structs decoded while parsing), larger ones
+   as ranges of the zlib stream (:class:`DeflatedExtent`, read from the inflated bytes kept
+   in this process, so a dask graph never carries them) (as are those of
+   uncompressed variables of at most :data:`READ_WHOLE` bytes); larger ones are parsed
+   from an inflated prefix that grows by doubling, and their numeric leaves stay inside
+   the zlib stream (:class:`DeflatedExtent`: read from a checkpoint index, or
+   sequentially, on demand).
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+import zlib
+from collections.abc import Collection
+from typing import Any, Final
+
+from npystore.errors import FormatError
+from npystore.fetch import RangeReader
+from npystore.files.mat.tree import (
+    EAGER_BYTES,
+    MatInfo,
+    MatNode,
+    ValueLeaf,
+    row_leaf,
+)
+from npystore.files.mat.v5_build import Builder
+from npystore.formats import deflate, mat5
+from npystore.formats.mat5 import DataRef, MatHeader, NeedMoreBytes, VariableEntry
+from npystore.read.inflate import inflate_into, inflate_range
+from npystore.read.layout import (
+    DeflatedExtent,
+    DeflatedMember,
+    IndexSlot,
+    InlineExtent,
+    RawExtent,
+    Storage,
+)
+
+__all__ = ["INFLATE_WHOLE", "Mat5File", "mat5_pair"]
+
+#: First window of tags read after the header.
+FIRST_WINDOW: Final = 256 * 2**10
+#: Later windows of tags: this size after a large element, doubling up to MAX_WINDOW
+#: while the elements are small.
+WINDOW: Final = 64 * 2**10
+MAX_WINDOW: Final = 4 * 2**20
+#: Inflated bytes of a compressed variable enough for its header in the common layout.
+QUICK_HEADER_BYTES: Final = 512
+#: Bytes of an element (or of a zlib stream) read for its listing.
+HEAD_BYTES: Final = 4096
+#: Uncompressed elements up to this size are read whole to parse their tree.
+READ_WHOLE: Final = 8 * 2**20
+#: Compressed variables inflating to at most this many bytes are inflated whole once.
+INFLATE_WHOLE: Final = 16 * 2**20
+#: Most NeedMoreBytes rounds while parsing one variable.
+MAX_ROUNDS: Final = 100_000
+
+
+class _Source:
+    """The bytes of one variable's address space: the file, or its inflated zlib stream."""
+
+    def __init__(self, reader: RangeReader, entry: VariableEntry, name: str, order: str) -> None:
+        self.reader = reader
+        self.entry = entry
+        self.name = name
+        self.order = order
+        self.where = f"{reader.url}:{name}" if name else reader.url
+        self.member: DeflatedMember | None = None
+        self.slot = IndexSlot()
+        self.whole: bytes | None = None  # the inflated element, when inflated whole
+        self.prefix = b""
+
+    # -- compressed ----------------------------------------------------------------------
+
+    def open_stream(self, head: bytes | memoryview | None = None) -> None:
+        """Learn the zlib stream's sizes and checksum (two small reads, concurrent)."""
+        e = self.entry
+        if e.data_size < 2 + 4:
+            raise FormatError(
+                f"{self.where}: miCOMPRESSED element at offset {e.offset} holds {e.data_size} "
+                "bytes, expected a zlib stream (2-byte header, data, 4-byte Adler-32)"
+            )
+        ranges = [(e.end - 4, e.end)]
+        if head is None:
+            ranges.append((e.data_offset, e.data_offset + min(e.data_size, HEAD_BYTES)))
+        got = self.reader.read_many(ranges)
+        trailer = got[0]
+        head = got[1] if head is None else head
+        cmf, flg = head[0], head[1]
+        if cmf & 0x0F != 8 or (cmf << 8 | flg) % 31 or flg & 0x20:
+            raise FormatError(
+                f"{self.where}: miCOMPRESSED data at offset {e.data_offset} starts with "
+                f"{bytes(head[:2])!r}, expected a zlib header (deflate, no preset dictionary)"
+            )
+        inner = _inflate_prefix(head, 8, self.where)
+        if len(inner) < 8:
+            raise FormatError(f"{self.where}: the zlib stream inflates to fewer than 8 bytes")
+        mdtype, nbytes = mat5_pair(self.order).unpack_from(inner, 0)
+        size = 8 + nbytes if mdtype >> 16 == 0 else 8
+        if size > deflate.max_inflated_size(e.data_size - 6):
+            raise FormatError(
+                f"{self.where}: the miCOMPRESSED element at offset {e.offset} declares {size} "
+                f"inflated bytes in {e.data_size - 6} bytes of deflate data, expected at most "
+                f"{deflate.MAX_INFLATE_RATIO} per compressed byte"
+            )
+        self.member = DeflatedMember(
+            self.name,
+            e.data_offset + 2,
+            e.data_size - 6,
+            size,
+            None,
+            int.from_bytes(trailer, "big"),
+            sized_by=f"the miMATRIX tag inside the miCOMPRESSED element at offset {e.offset}",
+        )
+
+    def grow(self, stop: int) -> None:
+        """Make ``prefix`` cover inflated bytes ``[0, stop)`` (doubling: linear total work)."""
+        member = self.member
+        if member is None:  # pragma: no cover - callers open the stream first
+            raise RuntimeError("stream not opened")
+        size = min(member.uncompressed_size, max(stop, 2 * len(self.prefix), 64 * 2**10))
+        if size <= len(self.prefix):
+            return
+        self.prefix = inflate_range(self.reader, member, self.slot, 0, size)
+
+    def inflate_whole(self) -> None:
+        """Inflate the whole stream once, checking its size and Adler-32."""
+        member = self.member
+        if member is None:  # pragma: no cover
+            raise RuntimeError("stream not opened")
+        buf = bytearray(member.uncompressed_size)
+        inflate_into(self.reader, member, memoryview(buf))
+        self.whole = bytes(buf)
+        self.slot.keep(self.whole)
+
+    # -- ranges ----------------------------------------------------------------------------
+
+    def read(self, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` of the address space."""
+        if not self.entry.compressed:
+            return self.reader.read(start, stop)
+        if self.whole is not None:
+            return self.whole[start:stop]
+        if stop <= len(self.prefix):
+            return self.prefix[start:stop]
+        if self.member is None:  # pragma: no cover
+            raise RuntimeError("stream not opened")
+        return inflate_range(self.reader, self.member, self.slot, start, stop)
+
+    def storage(self, ref: DataRef) -> Storage:
+        """Where a leaf's values are, as layout storage."""
+        if not self.entry.compressed:
+            return RawExtent(ref.offset, ref.nbytes)
+        if self.whole is not None and ref.nbytes <= EAGER_BYTES:
+            return InlineExtent(self.whole[ref.offset : ref.end])
+        if self.member is None:  # pragma: no cover
+            raise RuntimeError("stream not opened")
+        # larger values stay in the stream: a graph holds where they are, not the bytes
+        # (read from the inflated bytes kept in this process, re-inflated by a worker)
+        return DeflatedExtent(self.member, ref.offset, ref.nbytes, self.slot)
+
+
+def mat5_pair(order: str) -> struct.Struct:
+    """The ``struct.Struct`` of two uint32 in the file's byte order."""
+    return _PAIRS[order]
+
+
+_PAIRS: Final = {o: struct.Struct(f"{o}II") for o in "<>"}
+_CHAR: Final = 4  # the char array class
+
+
+def _inflate_prefix(data: bytes | memoryview, want: int, where: str) -> bytes:
+    d = zlib.decompressobj(15)
+    try:
+        return d.decompress(data, max(want, 1))
+    except zlib.error as exc:
+        raise FormatError(f"{where}: corrupt miCOMPRESSED data: {exc}") from None
+
+
+class Mat5File:
+    """A Level-5 MAT-file read through a :class:`~npystore.fetch.RangeReader`.
+
+    Parameters
+    ----------
+    reader : RangeReader
+        The file.
+    header : MatHeader
+        Its parsed header (version 5).
+    max_depth : int
+        Most nesting levels of cells/structs below a variable.
+    char_errors : {"strict", "replace"}
+        Invalid UTF-8 in char arrays: refused, or read as U+FFFD.
+    """
+
+    version = "5"
+
+    def __init__(
+        self,
+        reader: RangeReader,
+        header: MatHeader,
+        *,
+        max_depth: int = 64,
+        char_errors: mat5.CharErrors = "strict",
+    ) -> None:
+        self.reader = reader
+        self.header = header
+        self.source = reader.url
+        self.header_text = header.text
+        self.max_depth = max_depth
+        self.char_errors: mat5.CharErrors = char_errors
+        self._windows = _Windows()
+        #: name -> (offset, total size, compressed, array flags, dims, header size) of its
+        #: element (a file may have hundreds of thousands: one tuple each; the header size
+        #: is where the data subelement starts); flags -1 for headers read the generic
+        #: way, which are in ``_generic``
+        self._vars: dict[str, tuple[int, int, bool, int, tuple[int, ...], int]] = {}
+        self._generic: dict[str, mat5.MatrixHeader] = {}
+        self._heads: dict[int, bytes] = {}  # first bytes of elements outside the windows
+        self._scan()
+
+    def _scan(self) -> None:
+        """One pass over the top-level tags, reading each variable's header from the window
+        its tag is in when it is there in the common layout; the other headers afterwards
+        (their first bytes in one concurrent batch), parsed the generic way."""
+        r, h = self.reader, self.header
+        order = h.byte_order
+        slow: list[VariableEntry] = []
+        pos: int | None = h.data_start
+        size = FIRST_WINDOW
+        while pos is not None and pos < r.size:
+            window = r.read(pos, min(r.size, pos + size))
+            self._windows.add(pos, window)
+            found, after = mat5.scan_elements(
+                window,
+                pos,
+                r.size,
+                order,
+                source=r.url,
+                subsys_offset=h.subsys_offset,
+            )
+            view = memoryview(window)
+            for e in found:
+                if e.is_subsystem:
+                    continue
+                if e.compressed:
+                    header = self._quick_header(e, view, pos)
+                    start = 0  # offsets in the inflated element
+                else:
+                    start = e.offset - pos
+                    header = mat5.quick_header(view, start, start + e.total_size, order)
+                if header is None:
+                    slow.append(e)
+                else:
+                    self._add(e, header, header.next - start)
+            # many small elements: larger windows (fewer requests); a big one: start over
+            dense = after is not None and after - (pos + len(window)) < WINDOW
+            size = min(2 * size, MAX_WINDOW) if dense and len(found) > 1 else WINDOW
+            pos = after
+        if not slow:
+            return
+        heads = {e.offset: self._head_view(e) for e in slow}
+        missing = [e for e in slow if heads[e.offset] is None]
+        if missing:
+            ranges = [_head_range(e) for e in missing]
+            for e, data in zip(missing, r.read_many(ranges), strict=True):
+                heads[e.offset] = self._heads[e.offset] = data
+        for e in slow:
+            self._add(e, self._matrix_header(e, heads[e.offset] or b""))
+        self._vars = dict(sorted(self._vars.items(), key=lambda item: item[1][0]))
+
+    def _add(
+        self, e: VariableEntry, header: mat5.MatrixHeader | mat5.QuickHeader, size: int = 0
+    ) -> None:
+        """List a variable; ``size``: bytes of its quick header (its data's offset)."""
+        name = header.name
+        if name in self._vars:
+            offsets = sorted((self._vars[name][0], e.offset))
+            raise FormatError(f"{self.source}: variable {name!r} appears twice (offsets "
+                              f"{offsets[0]} and {offsets[1]})")  # fmt: skip
+        if isinstance(header, mat5.QuickHeader):
+            flags = header.flags
+        else:
+            flags = -1
+            self._generic[name] = header
+        self._vars[name] = e.offset, e.total_size, e.compressed, flags, header.dims, size
+
+    def _entry(self, name: str) -> VariableEntry:
+        """The element of a variable; KeyError naming it when there is none."""
+        if name not in self._vars:
+            raise KeyError(f"{self.source}: no variable {name!r}")
+        offset, total, compressed = self._vars[name][:3]
+        mdtype = mat5.MI_COMPRESSED if compressed else mat5.MI_MATRIX
+        return VariableEntry(offset, total, compressed, mdtype)
+
+    def _head_view(self, e: VariableEntry) -> memoryview | bytes | None:
+        """The first bytes of an element (of a compressed one's zlib stream)."""
+        got = self._windows.view(*_head_range(e))
+        return got if got is not None else self._heads.get(e.offset)
+
+    def _quick_header(
+        self, e: VariableEntry, window: memoryview, base: int
+    ) -> mat5.QuickHeader | None:
+        """The header by the fast path (:func:`~npystore.formats.mat5.quick_header`) from
+        the window holding the element's tag (``window[0]`` at offset ``base``), or None to
+        parse it the generic way."""
+        order = self.header.byte_order
+        if not e.compressed:
+            return mat5.quick_header(window, e.offset - base, e.offset + e.total_size - base,
+                                     order)  # fmt: skip
+        start = e.offset + 8 - base
+        if start >= len(window):
+            return None
+        stream = window[start : min(len(window), start + e.total_size - 8)]
+        try:
+            inflated = zlib.decompressobj(15).decompress(stream, QUICK_HEADER_BYTES)
+        except zlib.error:
+            return None  # the generic path reports it
+        if len(inflated) < 8:
+            return None
+        mdtype, nbytes = mat5_pair(order).unpack_from(inflated, 0)
+        if mdtype != mat5.MI_MATRIX:
+            return None
+        return mat5.quick_header(inflated, 0, 8 + nbytes, order)
+
+    def _matrix_header(self, e: VariableEntry, head: memoryview | bytes) -> mat5.MatrixHeader:
+        r, order = self.reader, self.header.byte_order
+        if not e.compressed:
+            extra: dict[int, bytes] = {}
+            for _ in range(64):
+                try:
+                    return mat5.parse_matrix_header(
+                        head, e.offset, order, source=r.url, extra=extra
+                    )
+                except NeedMoreBytes as more:
+                    stop = min(e.end, more.offset + max(more.needed, HEAD_BYTES))
+                    extra[more.offset] = r.read(more.offset, stop)
+            raise FormatError(f"{r.url}: element at offset {e.offset}: header too scattered")
+        where = f"{r.url}: miCOMPRESSED element at offset {e.offset}"
+        inflated = _inflate_prefix(head, 1024, where)
+        for _ in range(16):
+            try:
+                return mat5.parse_matrix_header(inflated, 0, order, source=where, inflated=True)
+            except NeedMoreBytes as more:
+                want = more.offset + more.needed
+                if len(head) < e.data_size:
+                    head = r.read(e.data_offset, min(e.end, e.data_offset + 4 * len(head)))
+                before = len(inflated)
+                inflated = _inflate_prefix(head, max(want, 2 * before), where)
+                if len(inflated) <= before:
+                    raise FormatError(
+                        f"{where}: the stream ends after {before} bytes, the element needs "
+                        f"bytes up to {want}"
+                    ) from None
+        raise FormatError(f"{where}: header too long")
+
+    # -- the backend protocol ----------------------------------------------------------------
+
+    def names(self) -> Collection[str]:
+        """The variables' names, in file order: a dict keyed by them (not to be changed),
+        which a :class:`~npystore.faces.matfile.MatFile` uses without a copy."""
+        return self._vars
+
+    def infos(self) -> dict[str, MatInfo]:
+        """The variables, in file order, as ``whos`` lists them (made on each call: the
+        :class:`~npystore.faces.matfile.MatFile` keeps them)."""
+        infos: dict[str, MatInfo] = {}
+        kinds: dict[int, tuple[str, bool, bool, bool]] = {}  # by flags: few distinct
+        for name, (_, _, _, flags, dims, _) in self._vars.items():
+            kind = kinds.get(flags)
+            if kind is None:
+                header = (
+                    self._generic[name] if flags < 0 else mat5.QuickHeader(name, flags, dims, 0)
+                )
+                cls = header.matlab_class
+                if header.is_sparse:
+                    cls = "logical" if header.is_logical else "double"
+                kind = cls, header.is_sparse, header.is_complex, header.is_global
+                if flags >= 0:
+                    kinds[flags] = kind
+            infos[name] = MatInfo(name, kind[0], dims, *kind[1:])
+        return infos
+
+    def node(self, name: str) -> MatNode:
+        """The tree of one variable (numeric data not read; small values inside cells and
+        structs read with the variable when it is read whole: see
+        :data:`~npystore.files.mat.tree.EAGER_BYTES`)."""
+        e = self._entry(name)
+        src = _Source(self.reader, e, name, self.header.byte_order)
+        variable = self._parse(src)
+        return Builder(src, self.reader, self.char_errors).build(variable.value, name)
+
+    def loaded(self, name: str) -> MatNode | None:
+        """A small numeric or char variable decoded straight from the bytes read at open
+        (:class:`~npystore.files.mat.tree.ValueLeaf`,
+        :class:`~npystore.files.mat.tree.CharLeaf`), or
+        None when it is not one (then read its :meth:`node`)."""
+        if name not in self._vars:
+            raise KeyError(f"{self.source}: no variable {name!r}")
+        offset, total, compressed, flags, dims, head = self._vars[name]
+        if flags < 0:  # an unusual header: read the tree
+            return None
+        order = self.header.byte_order
+        if compressed:
+            stream = self._windows.view(offset + 8, offset + total)
+            inflated = None if stream is None else _inflate_small(stream)
+            if inflated is None or len(inflated) < 8:
+                return None
+            mdtype, nbytes = _PAIRS[order].unpack_from(inflated, 0)
+            if mdtype != mat5.MI_MATRIX or 8 + nbytes != len(inflated):
+                return None
+            buf: memoryview | bytes = inflated
+            q = 0
+        else:
+            found = self._windows.find(offset, offset + total)
+            if found is None:
+                return None
+            buf, base = found
+            q = offset - base  # the header was read from this window: its offsets agree
+        stop = q + (len(buf) if compressed else total)
+        header = mat5.QuickHeader(name, flags, dims, q + head)  # as read at open
+        if flags & 0xFF == _CHAR:
+            chars = mat5.quick_chars(buf, q, stop, order, header)
+            if isinstance(chars, str):
+                return row_leaf(chars)
+            return None if chars is None else Builder.chars(chars)
+        value = mat5.quick_numeric(buf, q, stop, order, stop - q << 3, header)
+        return None if value is None else ValueLeaf(value)
+
+    def _parse(self, src: _Source) -> mat5.MatVariable:
+        e, order, r = src.entry, self.header.byte_order, self.reader
+        extra: dict[int, bytes] = {}
+        if not e.compressed:
+            whole = e.total_size <= READ_WHOLE
+            element: memoryview | bytes | None = (
+                self._windows.view(e.offset, e.end) if whole else None
+            )
+            if element is None:
+                element = r.read(e.offset, min(e.end, e.offset + READ_WHOLE))
+            for _ in range(MAX_ROUNDS):
+                try:
+                    return mat5.parse_variable(
+                        element, e.offset, order, source=r.url, max_depth=self.max_depth,
+                        extra=extra, decode_below=EAGER_BYTES if whole else 0,
+                    )  # fmt: skip
+                except NeedMoreBytes as more:
+                    stop = min(e.end, more.offset + max(more.needed, WINDOW))
+                    extra[more.offset] = r.read(more.offset, stop)
+            raise FormatError(f"{src.where}: too many metadata pieces")
+        src.open_stream(self._head_view(e))
+        member = src.member
+        if member is None:  # pragma: no cover
+            raise RuntimeError("stream not opened")
+        if member.uncompressed_size <= INFLATE_WHOLE:
+            src.inflate_whole()
+            data = src.whole or b""
+            return mat5.parse_variable(
+                data, 0, order, source=src.where, max_depth=self.max_depth, inflated=True,
+                decode_below=EAGER_BYTES,
+            )  # fmt: skip
+        src.grow(HEAD_BYTES * 16)
+        for _ in range(MAX_ROUNDS):
+            try:
+                return mat5.parse_variable(
+                    src.prefix, 0, order, source=src.where, max_depth=self.max_depth,
+                    inflated=True,
+                )  # fmt: skip
+            except NeedMoreBytes as more:
+                before = len(src.prefix)
+                src.grow(more.offset + more.needed)
+                if len(src.prefix) <= before:
+                    raise FormatError(
+                        f"{src.where}: the element needs inflated bytes up to "
+                        f"{more.offset + more.needed}, the stream has {before}"
+                    ) from None
+        raise FormatError(f"{src.where}: too many metadata pieces")
+
+    def close(self) -> None:
+        """Nothing to release (reads are stateless)."""
+
+
+class _Windows:
+    """The windows of the file read while scanning the tags, found by offset."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._data: list[memoryview] = []
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # memoryviews do not pickle: the bytes they view do
+        return (_windows_of, (self._starts, [bytes(d.obj) for d in self._data]))
+
+    def add(self, start: int, data: bytes) -> None:
+        """Keep ``data``, the bytes from ``start`` (windows come in increasing order)."""
+        self._starts.append(start)
+        self._data.append(memoryview(data))
+
+    def find(self, start: int, stop: int) -> tuple[memoryview, int] | None:
+        """The window holding bytes ``[start, stop)`` and its offset, or None."""
+        i = bisect.bisect_right(self._starts, start) - 1
+        if i < 0 or stop - self._starts[i] > len(self._data[i]):
+            return None
+        return self._data[i], self._starts[i]
+
+    def view(self, start: int, stop: int) -> memoryview | None:
+        """Bytes ``[start, stop)`` without a copy, if one window holds them."""
+        found = self.find(start, stop)
+        if found is None:
+            return None
+        data, base = found
+        return data[start - base : stop - base]
+
+
+def _windows_of(starts: list[int], data: list[bytes]) -> _Windows:
+    """Unpickle :class:`_Windows`."""
+    windows = _Windows()
+    for start, window in zip(starts, data, strict=True):
+        windows.add(start, window)
+    return windows
+
+
+def _head_range(e: VariableEntry) -> tuple[int, int]:
+    """The first bytes of an element, or of a compressed one's zlib stream, read to list it."""
+    start = e.offset + 8 if e.compressed else e.offset
+    return start, min(e.offset + e.total_size, start + HEAD_BYTES)
+
+
+def _inflate_small(stream: memoryview | bytes) -> bytes | None:
+    """A whole small zlib stream inflated (Adler-32 checked by zlib), or None when it is
+    not one: malformed (the generic path reports why), or more than INFLATE_WHOLE bytes."""
+    d = zlib.decompressobj(15)
+    try:
+        out = d.decompress(stream, INFLATE_WHOLE)
+    except zlib.error:
+        return None
+    if not d.eof or d.unused_data:
+        return None
+    return out

@@ -1,0 +1,87 @@
+"""``.npy`` files through the fetch layer: the header read in one or two ranges, the data
+described as an :class:`~npystore.read.layout.ArrayLayout` (a byte range of the file, or a
+pickle for object arrays). The byte layout is :mod:`npystore.formats.npy`'s.
+"""
+
+from __future__ import annotations
+
+from npystore.errors import FormatError
+from npystore.fetch import RangeReader
+from npystore.formats import npy
+from npystore.formats.shapes import check_shape
+from npystore.formats.sniff import PREFIX_SIZE
+from npystore.read.access import LayoutArray
+from npystore.read.layout import ArrayLayout, Order, PickledExtent, RawExtent, Unpickle
+
+__all__ = ["PREFIX_SIZE", "header_from_prefix", "npy_layout", "open_layout_array", "read_prefix"]
+
+
+def read_prefix(reader: RangeReader) -> bytes:
+    """The object's first :data:`~npystore.formats.sniff.PREFIX_SIZE` (128) bytes, fewer for
+    a smaller object: every magic :func:`~npystore.formats.sniff.sniff` looks for, and the
+    whole header of most ``.npy`` files (numpy pads headers so that the data starts at a
+    multiple of 64 bytes; for every non-structured dtype the header ends at byte 128, so this
+    read holds exactly the header and no data; longer headers, structured dtypes, take one
+    more read of exactly the rest)."""
+    return reader.read(0, min(reader.size, PREFIX_SIZE))
+
+
+def header_from_prefix(reader: RangeReader, prefix: bytes, max_header_size: int) -> npy.NpyHeader:
+    """The ``.npy`` header behind ``reader``, parsed from ``prefix`` (its first bytes, e.g.
+    :func:`read_prefix`); exactly the rest of it is read if the prefix was too short."""
+    url = reader.url
+    if len(prefix) < npy.PREAMBLE_MAX_LEN and len(prefix) == reader.size and npy.is_npy(prefix):
+        raise FormatError(f"{url}: truncated .npy file: {reader.size} bytes, no complete header")
+    preamble = npy.parse_preamble(prefix, source=url)
+    if preamble.header_length > max_header_size:
+        raise FormatError(
+            f"{url}: .npy header declares {preamble.header_length} bytes, more than "
+            f"max_header_size={max_header_size}; pass a larger max_header_size to read it"
+        )
+    end = preamble.data_offset
+    if end > reader.size:
+        raise FormatError(
+            f"{url}: truncated .npy file: the header ends at byte {end}, "
+            f"the file has {reader.size} bytes"
+        )
+    if end <= len(prefix):
+        text = prefix[preamble.header_start : end]
+    else:
+        text = prefix[preamble.header_start :] + reader.read(len(prefix), end)
+    header = npy.parse_header(preamble, text, source=url)
+    if not header.is_pickled and header.data_offset + header.nbytes > reader.size:
+        raise FormatError(
+            f"{url}: truncated .npy file: shape {header.shape} of {header.dtype} needs "
+            f"{header.nbytes} bytes from byte {header.data_offset}, the file has "
+            f"{reader.size - header.data_offset}"
+        )
+    check_shape(header.shape, header.dtype, source=url)
+    return header
+
+
+def npy_layout(
+    reader: RangeReader, header: npy.NpyHeader, allow_pickle: bool, unpickle: Unpickle
+) -> ArrayLayout:
+    order: Order = "F" if header.fortran_order else "C"
+    if header.is_pickled:
+        if not allow_pickle:
+            raise npy.pickle_refused(reader.url, header.dtype)
+        extent = PickledExtent(header.data_offset, reader.size - header.data_offset)
+        return ArrayLayout(header.dtype, header.shape, order, extent, unpickle)
+    return ArrayLayout(
+        header.dtype, header.shape, order, RawExtent(header.data_offset, header.nbytes)
+    )
+
+
+def open_layout_array(
+    reader: RangeReader,
+    prefix: bytes,
+    allow_pickle: bool,
+    max_header_size: int,
+    unpickle: Unpickle = Unpickle(),  # noqa: B008 - frozen
+) -> LayoutArray:
+    """The ``.npy`` file behind ``reader`` as a lazy :class:`~npystore.read.access.LayoutArray`,
+    its header parsed from ``prefix`` (read exactly to its end if it is longer); for the
+    package's tools (Zarr store, xarray backend), which need the layout, not a dask array."""
+    header = header_from_prefix(reader, prefix, max_header_size)
+    return LayoutArray(reader, npy_layout(reader, header, allow_pickle, unpickle))

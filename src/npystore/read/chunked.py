@@ -1,0 +1,502 @@
+"""Hyperslabs of chunked, filtered storage (HDF5 chunked datasets) read through a reader.
+
+:func:`read_chunked` finds the chunks a selection touches and reads their stored bytes with
+as few range requests as the file allows: chunks whose bytes are neighbours share a range, and
+every range of a batch goes in one :meth:`~npystore.fetch.RangeReader.readinto_many` call
+(into uninitialised buffers: no zero-fill, and no copy for local files). It then undoes each
+chunk's filters (:func:`npystore.formats.h5filters.decode_chunk`) and copies the selected part
+of each chunk into one preallocated output array; a batch's chunks are split into one
+contiguous group per CPU, the calling thread decoding the first (inflating releases the GIL).
+Batches are read ahead while earlier ones decode (one batch of 16 MiB locally; remotely
+the bytes of six 8 MiB batches, each a concurrent request, the first ones ramping up from
+1 MiB so decoding starts early), so download and inflate overlap. Chunks never written
+read as the fill value.
+
+Memory stays bounded: chunks are planned in groups of at most ``_PLAN_CHUNKS`` and read in
+batches of at most about ``_BATCH_BYTES`` stored bytes, at most ``1 + readahead`` batches'
+bytes held at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import threading
+from collections import deque
+from collections.abc import Generator, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+from npystore.errors import FormatError, missing_dependency
+from npystore.fetch import RangeReader
+from npystore.formats.h5filters import decode_chunk, unsupported_filters
+from npystore.read.layout import ArrayLayout, ChunkedExtent, Hyperslab
+
+__all__ = ["read_chunked"]
+
+#: Chunks planned (sorted by offset, merged into ranges) together.
+_PLAN_CHUNKS: Final = 65536
+#: Stored bytes fetched by one ``readinto_many`` batch (a single larger range goes alone);
+#: merged ranges are cut to fit it, so that decoding one batch overlaps reading the next.
+_BATCH_BYTES: Final = 16 * 2**20
+#: Remote batches are smaller (one request each, decoding starts after the first) and more
+#: of them are read ahead (each waits on a round trip).
+_REMOTE_BATCH_BYTES: Final = 8 * 2**20
+#: Batches read ahead of the one being decoded (remotely: their bytes, in full batches).
+_LOCAL_READAHEAD: Final = 1
+_REMOTE_READAHEAD: Final = 6
+#: Size of the first remote batch; later ones double up to ``_REMOTE_BATCH_BYTES``.
+_REMOTE_FIRST_BATCH: Final = 1 * 2**20
+#: Chunks per decoding thread below which a batch is decoded in the calling thread.
+_POOL_MIN_CHUNKS: Final = 4
+
+#: A chunk to decode: its stored bytes, filter mask and per-axis hit positions.
+_Task = tuple[memoryview, int, tuple[int, ...]]
+#: A range to read: ``[start, stop)`` and the chunks (plan positions) it holds.
+_Range = tuple[int, int, list[int]]
+
+_pool_lock = threading.Lock()
+_pools: dict[str, ThreadPoolExecutor] = {}
+_pools_pid: int | None = None
+
+
+def _cpus() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _pool(name: str) -> ThreadPoolExecutor:
+    """A process-wide pool (``"decode"`` or ``"prefetch"``), recreated after a fork."""
+    global _pools_pid  # noqa: PLW0603
+    with _pool_lock:
+        if _pools_pid != os.getpid():
+            _pools.clear()
+            _pools_pid = os.getpid()
+        pool = _pools.get(name)
+        if pool is None:
+            workers = min(16, _cpus()) if name == "decode" else 2 * _REMOTE_READAHEAD
+            pool = _pools[name] = ThreadPoolExecutor(
+                max_workers=workers, thread_name_prefix=f"npystore-{name}"
+            )
+        return pool
+
+
+@dataclass(frozen=True, slots=True)
+class _AxisHits:
+    """The chunks one axis of a selection touches, and what each contributes.
+
+    ``chunk[j]`` is a chunk index along the axis; the selection's elements
+    ``out_lo[j]:out_hi[j]`` fall in it, starting at ``local[j]`` within the chunk, every
+    ``step`` elements.
+    """
+
+    chunk: np.ndarray[Any, np.dtype[np.int64]]
+    out_lo: np.ndarray[Any, np.dtype[np.int64]]
+    out_hi: np.ndarray[Any, np.dtype[np.int64]]
+    local: np.ndarray[Any, np.dtype[np.int64]]
+    step: int
+
+
+def _axis_hits(start: int, count: int, step: int, cs: int) -> _AxisHits:
+    if step >= cs:  # every selected element is in a chunk of its own
+        k = np.arange(count, dtype=np.int64)
+        idx = start + k * step
+        return _AxisHits(idx // cs, k, k + 1, idx % cs, step)
+    first = start // cs
+    last = (start + (count - 1) * step) // cs
+    c = np.arange(first, last + 1, dtype=np.int64)
+    # first selected k at or after the chunk's start, and the first k past its end
+    lo = np.clip(-((start - c * cs) // step), 0, count)
+    hi = np.clip(-((start - (c + 1) * cs) // step), 0, count)
+    keep = lo < hi
+    c, lo, hi = c[keep], lo[keep], hi[keep]
+    return _AxisHits(c, lo, hi, start + lo * step - c * cs, step)
+
+
+def _check_storage(layout: ArrayLayout, storage: ChunkedExtent, source: str) -> None:
+    cs = storage.chunk_shape
+    if len(cs) != layout.ndim or any(c <= 0 for c in cs):
+        raise FormatError(
+            f"{source}: chunk shape {cs} does not fit an array of shape {layout.shape}"
+        )
+    grid = tuple(-(-n // c) for n, c in zip(layout.shape, cs, strict=True))
+    for name in ("offsets", "sizes", "filter_masks"):
+        got = getattr(storage, name).shape
+        if tuple(got) != grid:
+            raise FormatError(
+                f"{source}: chunk {name} of shape {tuple(got)}, expected the grid {grid} "
+                f"of shape {layout.shape} in chunks of {cs}"
+            )
+    if storage.fill and len(storage.fill) != layout.dtype.itemsize:
+        raise FormatError(
+            f"{source}: fill value of {len(storage.fill)} bytes, expected one "
+            f"{layout.dtype} element ({layout.dtype.itemsize} bytes)"
+        )
+
+
+def read_chunked(
+    reader: RangeReader,
+    layout: ArrayLayout,
+    storage: ChunkedExtent,
+    selection: Hyperslab,
+    *,
+    parallel: bool = False,
+) -> np.ndarray[Any, Any]:
+    """Read one hyperslab of a chunked layout into a new, writable array.
+
+    Parameters
+    ----------
+    reader : RangeReader
+        Reader of the object holding the chunks.
+    layout : ArrayLayout
+        The array: stored dtype, shape, memory order.
+    storage : ChunkedExtent
+        Its chunk grid (``layout.storage``).
+    selection : Hyperslab
+        Per dimension ``(start, count, step)``, bounds-checked, ``step >= 1``.
+    parallel : bool
+        Split large local reads across threads (eager reads; dask tasks leave it off).
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``count`` per dimension, the layout's dtype and memory order.
+
+    Raises
+    ------
+    FormatError
+        The grid does not fit the shape, a chunk lies outside the object, or a chunk does
+        not decode (see :func:`~npystore.formats.h5filters.decode_chunk`).
+    UnsupportedError
+        A chunk was written with a filter npystore does not decode.
+    """
+    source = reader.url
+    if len(selection) != layout.ndim:
+        raise ValueError(f"selection has {len(selection)} dims, layout {layout.ndim}")
+    _check_storage(layout, storage, source)
+    dtype = layout.dtype
+    shape = tuple(count for _, count, _ in selection)
+    buf = np.empty(math.prod(shape) * dtype.itemsize, dtype=np.uint8)
+    out: np.ndarray[Any, Any] = np.ndarray(shape, dtype=dtype, buffer=buf, order=layout.order)
+    if out.size == 0:
+        return out
+    hits = [
+        _axis_hits(start, count, step, cs)
+        for (start, count, step), cs in zip(selection, storage.chunk_shape, strict=True)
+    ]
+    if _read_whole_chunk(reader, layout, storage, selection, hits, buf, parallel):
+        return out
+    reading = _Reading(reader, layout, storage, hits, out, source, parallel)
+    total = math.prod(len(h.chunk) for h in hits)
+    for lo in range(0, total, _PLAN_CHUNKS):
+        reading.plan_and_read(np.arange(lo, min(total, lo + _PLAN_CHUNKS), dtype=np.int64))
+    return out
+
+
+def _read_whole_chunk(
+    reader: RangeReader,
+    layout: ArrayLayout,
+    storage: ChunkedExtent,
+    selection: Hyperslab,
+    hits: list[_AxisHits],
+    buf: np.ndarray[Any, np.dtype[np.uint8]],
+    parallel: bool,
+) -> bool:
+    """Read straight into the output when it is exactly one whole, unfiltered chunk."""
+    if any(len(h.chunk) != 1 for h in hits):
+        return False
+    if any(
+        count != cs or (count > 1 and step != 1) or h.local[0] != 0
+        for (_, count, step), cs, h in zip(selection, storage.chunk_shape, hits, strict=True)
+    ):
+        return False
+    index = tuple(int(h.chunk[0]) for h in hits)
+    offset = int(storage.offsets[index])
+    mask = int(storage.filter_masks[index])
+    filtered = any(not (mask >> i) & 1 for i in range(len(storage.filters)))
+    if offset < 0 or filtered or int(storage.sizes[index]) != buf.nbytes:
+        return False
+    if offset + buf.nbytes > reader.size:
+        raise FormatError(
+            f"{reader.url}: chunk {index} at bytes [{offset}, {offset + buf.nbytes}) lies "
+            f"outside the object of {reader.size} bytes"
+        )
+    reader.readinto_many([(offset, memoryview(buf.data))], parallel=parallel)
+    return True
+
+
+class _Reading:
+    """The state of one :func:`read_chunked` call."""
+
+    def __init__(
+        self,
+        reader: RangeReader,
+        layout: ArrayLayout,
+        storage: ChunkedExtent,
+        hits: list[_AxisHits],
+        out: np.ndarray[Any, Any],
+        source: str,
+        parallel: bool,
+    ) -> None:
+        self.reader = reader
+        self.layout = layout
+        self.storage = storage
+        self.hits = hits
+        self.out = out
+        self.source = source
+        self.parallel = parallel
+        self.chunk_nbytes = math.prod(storage.chunk_shape) * layout.dtype.itemsize
+        #: the filters npystore does not undo itself (decoded by libhdf5, :mod:`h5decode`)
+        self.foreign = unsupported_filters(storage.filters)
+        dtype = layout.dtype
+        self.fill: np.ndarray[Any, Any] = (
+            np.frombuffer(storage.fill, dtype=dtype).reshape(())
+            if storage.fill
+            else np.zeros((), dtype=dtype)
+        )
+
+    def _slices(self, pos: Sequence[int]) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+        """Output and chunk-local slices of the chunk at per-axis hit positions ``pos``."""
+        out_sl = []
+        local_sl = []
+        for h, j in zip(self.hits, pos, strict=True):
+            lo, hi, start = int(h.out_lo[j]), int(h.out_hi[j]), int(h.local[j])
+            out_sl.append(slice(lo, hi))
+            local_sl.append(slice(start, start + (hi - lo - 1) * h.step + 1, h.step))
+        return tuple(out_sl), tuple(local_sl)
+
+    def _grid_index(self, pos: Sequence[int]) -> tuple[int, ...]:
+        """The chunk's index in the grid, from its per-axis hit positions."""
+        return tuple(int(h.chunk[j]) for h, j in zip(self.hits, pos, strict=True))
+
+    def plan_and_read(self, flat: np.ndarray[Any, np.dtype[np.int64]]) -> None:
+        """Fill the output for the chunks at flat hit positions ``flat`` (selection order)."""
+        lens = tuple(len(h.chunk) for h in self.hits)
+        pos = np.unravel_index(flat, lens) if lens else ()
+        grid_index = tuple(h.chunk[p] for h, p in zip(self.hits, pos, strict=True))
+        offsets = self.storage.offsets[grid_index].astype(np.int64).reshape(-1)
+        sizes = self.storage.sizes[grid_index].astype(np.int64).reshape(-1)
+        masks = self.storage.filter_masks[grid_index].astype(np.int64).reshape(-1)
+        rows: list[tuple[int, ...]] = (
+            [tuple(r) for r in np.stack(pos, axis=1).tolist()] if lens else [()]
+        )
+        for i in np.flatnonzero(offsets < 0).tolist():
+            out_sl, _ = self._slices(rows[i])
+            self.out[out_sl] = self.fill
+        written = np.flatnonzero(offsets >= 0)
+        if written.size == 0:
+            return
+        bad = written[
+            (sizes[written] <= 0) | (offsets[written] + sizes[written] > self.reader.size)
+        ]
+        if bad.size:
+            i = int(bad[0])
+            raise FormatError(
+                f"{self.source}: chunk {self._grid_index(rows[i])} at bytes [{offsets[i]}, "
+                f"{offsets[i] + sizes[i]}) is empty or lies outside the object of "
+                f"{self.reader.size} bytes"
+            )
+        order = written[np.argsort(offsets[written], kind="stable")]
+        if self.reader.local:
+            spans: Iterator[int] = itertools.repeat(_BATCH_BYTES)
+            limits: Iterator[int] = itertools.repeat(_BATCH_BYTES)
+        else:  # small first batches: decoding starts after one round trip, not a full batch
+            spans = _ramp(_REMOTE_FIRST_BATCH, _REMOTE_BATCH_BYTES)
+            limits = _ramp(_REMOTE_FIRST_BATCH, _REMOTE_BATCH_BYTES)
+        batches = list(_batches(_merge(order, offsets, sizes, self.reader, spans), limits))
+        fetched = self._fetched(batches)
+        try:
+            for batch, datas in fetched:
+                tasks: list[_Task] = []
+                for (start, _, members), data in zip(batch, datas, strict=True):
+                    view = memoryview(data.data)
+                    for i in members:
+                        a = int(offsets[i]) - start
+                        tasks.append((view[a : a + int(sizes[i])], int(masks[i]), rows[i]))
+                self._decode_all(tasks)
+        finally:
+            fetched.close()
+
+    def _fetch(self, batch: list[_Range]) -> list[np.ndarray[Any, np.dtype[np.uint8]]]:
+        datas = [np.empty(stop - start, dtype=np.uint8) for start, stop, _ in batch]
+        self.reader.readinto_many(
+            [(r[0], memoryview(d.data)) for r, d in zip(batch, datas, strict=True)],
+            parallel=self.parallel,
+        )
+        return datas
+
+    def _fetched(
+        self, batches: list[list[_Range]]
+    ) -> Generator[tuple[list[_Range], list[np.ndarray[Any, np.dtype[np.uint8]]]], None, None]:
+        """Each batch with its bytes; later batches are read while earlier ones decode."""
+        if len(batches) == 1:
+            yield batches[0], self._fetch(batches[0])
+            return
+        if self.reader.local:
+            ahead, budget = _LOCAL_READAHEAD, float("inf")
+        else:  # as many batches as fit in the bytes of 1 + readahead full ones
+            ahead = 2 * _REMOTE_READAHEAD - 1
+            budget = (1 + _REMOTE_READAHEAD) * _REMOTE_BATCH_BYTES
+        sizes = [sum(stop - start for start, stop, _ in batch) for batch in batches]
+        pool = _pool("prefetch")
+        inflight: deque[Future[list[np.ndarray[Any, np.dtype[np.uint8]]]]] = deque()
+        queued = 0  # bytes of the batches in flight
+        try:
+            for k, batch in enumerate(batches):
+                while (nxt := k + len(inflight)) < len(batches) and len(inflight) <= ahead:
+                    if inflight and queued + sizes[nxt] > budget:
+                        break
+                    inflight.append(pool.submit(self._fetch, batches[nxt]))
+                    queued += sizes[nxt]
+                datas = inflight.popleft().result()
+                queued -= sizes[k]
+                yield batch, datas
+        finally:
+            for future in inflight:
+                future.cancel()
+            wait(inflight)  # no read may outlive the call (its buffers, its errors)
+
+    def _decode_all(self, tasks: list[_Task]) -> None:
+        """Decode and place every chunk: in contiguous groups, one per CPU, the calling
+        thread taking the first (inflating releases the GIL)."""
+        n = min(_cpus(), len(tasks) // _POOL_MIN_CHUNKS)
+        if n <= 1 or not any(self._active(t[1]) for t in tasks):
+            self._decode_many(tasks)
+            return
+        size = -(-len(tasks) // n)
+        groups = [tasks[i : i + size] for i in range(0, len(tasks), size)]
+        pool = _pool("decode")
+        futures: list[Future[None]] = [pool.submit(self._decode_many, g) for g in groups[1:]]
+        try:
+            self._decode_many(groups[0])
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+        finally:
+            wait(futures)  # no decode may outlive the call (it writes into the output)
+        for future in futures:
+            future.result()
+
+    def _decode_many(self, tasks: list[_Task]) -> None:
+        for t in tasks:
+            self._decode_one(*t)
+
+    def _decode_foreign(self, data: memoryview, mask: int, where: str) -> np.ndarray[Any, Any]:
+        """A chunk whose pipeline holds a filter npystore does not undo: libhdf5 decodes it."""
+        try:
+            from npystore.read.h5decode import decode_with_libhdf5  # noqa: PLC0415 - needs h5py
+        except ImportError as exc:
+            raise missing_dependency(
+                "h5py", "mat", f"{where}: decoding HDF5 filters {self.foreign}", exc
+            ) from exc
+        fortran = self.layout.order == "F"
+        shape = self.storage.chunk_shape
+        decoded = decode_with_libhdf5(
+            data,
+            self.storage.filters,
+            mask,
+            dtype=self.layout.dtype,
+            chunk_shape=tuple(reversed(shape)) if fortran else shape,
+            source=where,
+        )
+        return decoded.T if fortran else decoded
+
+    def _active(self, mask: int) -> bool:
+        return any(not (mask >> i) & 1 for i in range(len(self.storage.filters)))
+
+    def _decode_one(self, data: memoryview, mask: int, pos: tuple[int, ...]) -> None:
+        nbytes = self.chunk_nbytes
+        where = f"{self.source}: chunk {self._grid_index(pos)}"
+        decoded: bytes | memoryview
+        chunk: np.ndarray[Any, Any]
+        if self._active(mask) and self.foreign:
+            chunk = self._decode_foreign(data, mask, where)
+            out_sl, local_sl = self._slices(pos)
+            self.out[out_sl] = chunk[local_sl]
+            return
+        if self._active(mask):
+            decoded = decode_chunk(
+                data,
+                self.storage.filters,
+                mask,
+                itemsize=self.layout.dtype.itemsize,
+                nbytes=nbytes,
+                source=where,
+            )
+        elif data.nbytes != nbytes:
+            raise FormatError(
+                f"{where}: an unfiltered chunk of {data.nbytes} bytes, expected {nbytes}"
+            )
+        else:
+            decoded = data
+        chunk = np.ndarray(
+            self.storage.chunk_shape,
+            dtype=self.layout.dtype,
+            buffer=decoded,
+            order=self.layout.order,
+        )
+        out_sl, local_sl = self._slices(pos)
+        self.out[out_sl] = chunk[local_sl]
+
+
+def _merge(
+    order: np.ndarray[Any, np.dtype[np.int64]],
+    offsets: np.ndarray[Any, np.dtype[np.int64]],
+    sizes: np.ndarray[Any, np.dtype[np.int64]],
+    reader: RangeReader,
+    spans: Iterator[int],
+) -> Iterator[_Range]:
+    """Ranges covering the chunks ``order`` (sorted by offset): neighbours separated by at
+    most ``reader.max_gap`` bytes share a range while it spans at most the next of ``spans``
+    bytes (and ``reader.max_span``)."""
+    max_gap = reader.max_gap
+    max_span = min(reader.max_span, next(spans))
+    start = stop = -1
+    members: list[int] = []
+    for i in order.tolist():
+        a = int(offsets[i])
+        b = a + int(sizes[i])
+        if members and a - stop <= max_gap and max(stop, b) - start <= max_span:
+            stop = max(stop, b)
+            members.append(i)
+            continue
+        if members:
+            yield start, stop, members
+            max_span = min(reader.max_span, next(spans))
+        start, stop, members = a, b, [i]
+    if members:
+        yield start, stop, members
+
+
+def _batches(ranges: Iterator[_Range], limits: Iterator[int]) -> Iterator[list[_Range]]:
+    """Groups of ranges, each of at most about the next of ``limits`` bytes (one larger
+    range goes alone)."""
+    batch: list[_Range] = []
+    total = 0
+    limit = next(limits)
+    for r in ranges:
+        size = r[1] - r[0]
+        if batch and total + size > limit:
+            yield batch
+            batch, total = [], 0
+            limit = next(limits)
+        batch.append(r)
+        total += size
+    if batch:
+        yield batch
+
+
+def _ramp(first: int, last: int) -> Iterator[int]:
+    """``first``, doubling up to ``last``, then ``last`` forever."""
+    size = first
+    while size < last:
+        yield size
+        size *= 2
+    yield from itertools.repeat(last)

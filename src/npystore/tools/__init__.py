@@ -1,0 +1,1 @@
+"""The command line, Zarr conversion, progress reporting and the demo."""
