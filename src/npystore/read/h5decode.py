@@ -42,6 +42,8 @@ __all__ = ["decode_with_libhdf5"]
 
 #: Decoders kept per thread (one in-memory file each, about one chunk of memory).
 _CACHED: Final = 8
+#: Most parameters of one filter (HDF5's own and the registered plugins' take at most 20).
+MAX_CLIENT_DATA: Final = 32
 _local = threading.local()
 _names = itertools.count()
 _plugins_loaded = False
@@ -126,7 +128,19 @@ def _matching_decoder(
     prefixes, are tried until libhdf5 ends up with the stored ones. A pipeline for which no
     candidate reproduces them is refused rather than decoded with other parameters.
     """
+    missing = [f for f in filters if not h5py.h5z.filter_avail(int(f.id))]
+    if missing:
+        raise UnsupportedError(
+            f"{source}: libhdf5 has no decoder for HDF5 filter {_names_of(missing)} "
+            f"(pipeline {_names_of(filters)}){_hint(filters)}"
+        )
     stored = [tuple(int(c) for c in f.client_data) for f in filters]
+    for f, values in zip(filters, stored, strict=True):
+        if len(values) > MAX_CLIENT_DATA:
+            raise UnsupportedError(
+                f"{source}: HDF5 filter {_names_of([f])} has {len(values)} parameters, more "
+                f"than the {MAX_CLIENT_DATA} npystore reproduces"
+            )
     given = list(stored)
     for i, values in enumerate(stored):
         candidates = [values]
