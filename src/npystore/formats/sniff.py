@@ -23,15 +23,24 @@ from __future__ import annotations
 from typing import Final, Literal
 
 from npystore.errors import FormatError, UnsupportedError
-from npystore.formats import mat4, npy
-from npystore.formats.mat5 import HDF5_SIGNATURE
+from npystore.formats import npy
 
-__all__ = ["PREFIX_SIZE", "ZIP_MAGICS", "Kind", "is_matlab_text", "sniff", "unknown_format"]
+__all__ = [
+    "HDF5_SIGNATURE",
+    "PREFIX_SIZE",
+    "ZIP_MAGICS",
+    "Kind",
+    "is_matlab_text",
+    "sniff",
+    "unknown_format",
+]
 
 #: Bytes :func:`sniff` needs (the MAT header is 128).
 PREFIX_SIZE: Final = 128
 ZIP_MAGICS: Final = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")
 _MAT_TEXTS: Final = (b"MATLAB 5.0 MAT-file", b"MATLAB 7.3 MAT-file")
+#: The HDF5 superblock signature (at byte 0, or after a user block of 512, 1024, ... bytes).
+HDF5_SIGNATURE: Final = b"\x89HDF\r\n\x1a\n"
 
 #: What :func:`sniff` names.
 Kind = Literal["npy", "npz", "mat", "unknown"]
@@ -65,6 +74,8 @@ def _is_mat(prefix: bytes) -> bool:
     if len(prefix) >= 128 and prefix[126:128] in (b"IM", b"MI") and 0 not in prefix[:4]:
         version = int.from_bytes(prefix[124:126], "little" if prefix[126:128] == b"IM" else "big")
         return version in (0x0100, 0x0200)
+    from npystore.formats import mat4  # noqa: PLC0415 - only for files no magic names
+
     try:
         found, _ = mat4.scan_v4(prefix, 0, 1 << 62, source="<prefix>")
     except (FormatError, UnsupportedError, ValueError):

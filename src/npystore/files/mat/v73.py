@@ -64,7 +64,6 @@ __all__ = ["HEADER_TEXT_SIZE", "Mat73File"]
 
 #: Bytes of descriptive text at the start of the user block.
 HEADER_TEXT_SIZE: Final = 116
-_HDF5_SIGNATURE: Final = b"\x89HDF\r\n\x1a\n"
 _INDEX_DTYPE: Final = np.dtype("<u8")
 
 
@@ -267,7 +266,7 @@ def _reopen(reader: RangeReader, max_depth: int) -> Mat73File:
 def _header_text(prefix: bytes, source: str) -> str:
     """The MAT-file header's text; a plain HDF5 file (no header) is refused."""
     if not mat5.is_v73(prefix):
-        if prefix.startswith(_HDF5_SIGNATURE):
+        if prefix.startswith(mat5.HDF5_SIGNATURE):
             raise UnsupportedError(mat5.plain_hdf5_refused(source))
         raise FormatError(
             f"{source}: not a MATLAB v7.3 MAT-file: its first 128 bytes are not a MAT-file "

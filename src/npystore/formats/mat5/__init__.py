@@ -124,7 +124,6 @@ from npystore.formats.mat5._char import (
     chars_from_units,
 )
 from npystore.formats.mat5._file import (
-    HDF5_SIGNATURE,
     MatHeader,
     Mopt,
     VariableEntry,
@@ -161,6 +160,7 @@ from npystore.formats.mat5._tags import (
     DataRef,
 )
 from npystore.formats.mat5._vector import VECTOR_MIN
+from npystore.formats.sniff import HDF5_SIGNATURE
 from npystore.formats.zipdir import NeedMoreBytes
 
 __all__ = [

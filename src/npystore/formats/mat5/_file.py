@@ -7,7 +7,7 @@ the prefix, :func:`scan_elements` lists the variables from their tags alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 from npystore.errors import FormatError, UnsupportedError
 from npystore.formats.mat5._tags import (
@@ -118,9 +118,6 @@ def decode_mopt(word: _Bytes, *, source: str) -> Mopt:
         f"{source}: {bytes(word[:4])!r} is not a v4 matrix type MOPT (M in 0..4, O = 0, "
         "P in 0..5, T in 0..2) in either byte order"
     )
-
-
-HDF5_SIGNATURE: Final = b"\x89HDF\r\n\x1a\n"
 
 
 def plain_hdf5_refused(source: str) -> str:
