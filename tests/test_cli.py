@@ -22,7 +22,7 @@ import scipy.sparse as sp
 import zarr
 
 import npystore
-from npystore.tools import cli
+from npystore.tools import cat, cli
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -328,7 +328,7 @@ def test_cat_refuses_huge_selection_without_full(
 ) -> None:
     path = tmp_path / "a.npy"
     np.save(path, np.zeros(1000))
-    monkeypatch.setattr(cli, "MAX_CAT_BYTES", 1000)
+    monkeypatch.setattr(cat, "MAX_CAT_BYTES", 1000)
     code, _, err = run(capsys, "cat", str(path))
     assert code == 1
     assert "8000 bytes" in err

@@ -26,6 +26,7 @@ import zarr
 
 import npystore
 from npystore.tools import cli, convert
+from npystore.tools.convert import plan as convert_plan
 
 MANIFEST = convert.MANIFEST_KEY
 
@@ -166,7 +167,7 @@ def test_default_chunks_are_the_dask_chunks_capped(
     z = zarr.open_group(tmp_path / "d.zarr", mode="r")["a"]
     assert z.chunks == tuple(c[0] for c in want)
     assert z.chunks[0] < 20_000
-    monkeypatch.setattr(convert, "DEFAULT_CHUNK_LIMIT", 64 * 1024)  # the cap wins over dask's
+    monkeypatch.setattr(convert_plan, "DEFAULT_CHUNK_LIMIT", 64 * 1024)  # the cap wins over dask's
     assert run(capsys, str(src), str(tmp_path / "c.zarr"), "--no-progress")[0] == 0
     z = zarr.open_group(tmp_path / "c.zarr", mode="r")["a"]
     assert z.chunks[1] == 10
