@@ -1,0 +1,73 @@
+"""Zarr v3 data types for every dtype an ``.npy`` file can hold (object dtypes excepted).
+
+zarr 3.1.6 gets some NumPy dtypes wrong or not at all: its ``structured`` type writes fields
+without byte order (``"float64"``) and the ``bytes`` codec has no endianness for records, so
+big-endian fields come back byte-swapped once reopened; subarray fields, titles, offsets,
+padding, ``align=True`` and zero-field records are lost or fail; ``longdouble``/``clongdouble``
+have no zarr type; unit-less ``datetime64`` writes a fill value zarr cannot read back.
+
+Two data types fill the gaps; their chunks are the exact bytes of the exact NumPy dtype (no
+``endianness``, so the ``bytes`` codec never swaps) and fill values are base64 raw bytes:
+
+- :class:`NpyStructured`, ``{"name": "npystore.structured", "configuration": {"fields":
+  [...], "itemsize": n, "aligned": bool}}``; a field is ``{"name", "title", "offset",
+  "dtype"}`` and its dtype a NumPy dtype string with byte order (``">f8"``, ``"|S3"``,
+  ``"<M8[ns]"``), a subarray ``{"base": ..., "shape": [...]}`` or a nested configuration;
+- :class:`NpyScalar`, ``{"name": "npystore.scalar", "configuration": {"dtype": "<f16"}}``.
+
+With long doubles the configuration also records ``"longdouble": {"itemsize", "nmant",
+"nexp"}`` (``<f16`` is x87 extended on x86_64, IEEE quad on aarch64); opening the array where
+that differs raises :class:`~npystore.errors.UnsupportedError`. Zarr v2 metadata is written
+only where zarr's own v2 form is exact.
+
+zarr tries every registered type on a NumPy dtype and wants exactly one match, so
+:func:`register_dtypes` (run on import) also puts :class:`ExactStructuredGate` under zarr's
+``structured`` key: it declines the records zarr gets wrong and otherwise returns zarr's own
+:class:`~zarr.core.dtype.Structured`.
+
+One family per module, as in zarr's ``zarr.core.dtype.npy``:
+
+- :mod:`~npystore.faces.zarr.dtypes.structured`: :class:`NpyStructured` and its fields;
+  which records zarr's own type gets right (:func:`zarr_structured_is_exact`).
+- :mod:`~npystore.faces.zarr.dtypes.scalar`: :class:`NpyScalar`; which of zarr's own
+  non-structured types are exact.
+- :mod:`~npystore.faces.zarr.dtypes.registry`: :func:`register_dtypes`,
+  :class:`ExactStructuredGate` and :func:`zarr_dtype_for`.
+- :mod:`~npystore.faces.zarr.dtypes.common`: exact dtype strings, the JSON configuration,
+  fill values as raw bytes.
+"""
+
+from __future__ import annotations
+
+from npystore.errors import missing_dependency
+
+try:
+    import zarr.core.dtype  # noqa: F401  (the modules below build on zarr's data type API)
+except ImportError as exc:
+    raise missing_dependency("zarr", "zarr", "npystore's Zarr data types", exc) from exc
+
+from npystore.faces.zarr.dtypes.registry import (
+    ExactStructuredGate,
+    register_dtypes,
+    zarr_dtype_for,
+)
+from npystore.faces.zarr.dtypes.scalar import NpyScalar
+from npystore.faces.zarr.dtypes.structured import (
+    NpyField,
+    NpyStructured,
+    NpySubarray,
+    zarr_structured_is_exact,
+)
+
+__all__ = [
+    "ExactStructuredGate",
+    "NpyField",
+    "NpyScalar",
+    "NpyStructured",
+    "NpySubarray",
+    "register_dtypes",
+    "zarr_dtype_for",
+    "zarr_structured_is_exact",
+]
+
+register_dtypes()
