@@ -91,7 +91,7 @@ def is_matlab_text(prefix: bytes) -> bool:
 def unknown_format(url: str, prefix: bytes) -> FormatError:
     """The error for a file that is none of the formats npystore reads."""
     return FormatError(
-        f"{url}: unknown format, not a .npy, .npz or MAT-file: the first bytes are "
+        f"{url}: not a .npy, .npz or MAT-file (unknown format): the first bytes are "
         f"{bytes(prefix[:8])!r}, "
         f"expected the .npy magic {npy.MAGIC!r}, a ZIP signature (PK\\x03\\x04) or a MATLAB "
         f"header"
