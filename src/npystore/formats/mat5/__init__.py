@@ -161,7 +161,7 @@ from npystore.formats.mat5._tags import (
     DataRef,
 )
 from npystore.formats.mat5._vector import VECTOR_MIN
-from npystore.formats.zipdir import NeedMoreBytes
+from npystore.formats.need import NeedMoreBytes
 
 __all__ = [
     "CLASS_NAMES", "DEFAULT_MAX_DEPTH", "HEADER_SIZE", "MAX_DEPTH_LIMIT", "MAX_FIELDS",
