@@ -21,8 +21,10 @@ from typing import Any, Final, TypeVar
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader
 from npystore.formats import deflate, npy, zipdir
+from npystore.formats.need import NeedMoreBytes
 from npystore.formats.shapes import check_shape
 from npystore.read.crccheck import CrcLedger
+from npystore.read.drive import parse_with_more
 from npystore.read.inflate import inflate_into
 from npystore.read.layout import (
     ArrayLayout,
@@ -44,7 +46,9 @@ _STORED_PREFIX: Final = 128
 #: Compressed bytes read with a deflated member's local header (its npy header inflates from
 #: the first few hundred bytes).
 _DEFLATED_PREFIX: Final = 1024
-_MAX_ROUNDS: Final = 6
+#: Most batches of reads resolving member headers (each round reads, for every member
+#: still short, the larger range its local header or npy header asked for).
+_HEADER_ROUNDS: Final = 6
 #: Largest central directory read (1,000,000 entries with long names fit).
 MAX_DIRECTORY_SIZE: Final = 512 * 2**20
 #: Default most members an archive may declare (``max_members``): the count is checked
@@ -232,18 +236,20 @@ class ZipArchive:
         return self.reader.read(start, min(self.reader.size, start + length)), start
 
     def _parse(self, parse: Callable[[bytes, int], _T], data: bytes, start: int) -> _T:
-        """Run a directory parser, reading exactly what it asks for when ``data`` is short."""
-        for _ in range(_MAX_ROUNDS):
-            try:
-                return parse(data, start)
-            except zipdir.NeedMoreBytes as short:
-                if short.needed > MAX_DIRECTORY_SIZE + zipdir.EOCD_SEARCH:
-                    raise UnsupportedError(
-                        f"{self.url}: a directory record of {short.needed} bytes is more than "
-                        f"npystore reads"
-                    ) from None
-                data, start = self._window(short.offset, short.needed)
-        raise FormatError(f"{self.url}: the ZIP directory keeps asking for more bytes")
+        """Run a directory parser on ``data`` (the archive from ``start``), reading exactly
+        what it asks for when ``data`` is short."""
+        return parse_with_more(
+            lambda window: parse(*window), self._more, (data, start), source=self.url
+        )
+
+    def _more(self, _window: tuple[bytes, int], short: NeedMoreBytes) -> tuple[bytes, int]:
+        """The window a directory parser asked for, within what npystore reads."""
+        if short.needed > MAX_DIRECTORY_SIZE + zipdir.EOCD_SEARCH:
+            raise UnsupportedError(
+                f"{self.url}: a directory record of {short.needed} bytes is more than "
+                f"npystore reads"
+            )
+        return self._window(short.offset, short.needed)
 
     @property
     def names(self) -> list[str]:
@@ -293,9 +299,13 @@ class ZipArchive:
         return base + min(prefix, entry.compressed_size)
 
     def _resolve(self, names: list[str]) -> None:
+        # A loop of its own, not read.drive.parse_with_more: each round is one concurrent
+        # batch of reads for every member still short, and a member is short for its npy
+        # header (a stored or inflated prefix too short) as well as for its local header
+        # (NeedMoreBytes, turned into a length by _try_parse).
         size = self.reader.size
         want = {n: self._first_range(self.entries[n]) for n in names}
-        for _round in range(_MAX_ROUNDS):
+        for _round in range(_HEADER_ROUNDS):
             order = list(want)
             datas = self._read_many(
                 [
@@ -328,7 +338,7 @@ class ZipArchive:
                 source=self.url,
                 cd_offset=self.directory.end.cd_offset,
             )
-        except zipdir.NeedMoreBytes as short:
+        except NeedMoreBytes as short:
             return short.needed + min(entry.compressed_size, _DEFLATED_PREFIX)
         within = local.data_offset - entry.local_header_offset
         payload = data[within:]

@@ -31,8 +31,8 @@ from __future__ import annotations
 import bisect
 import struct
 import zlib
-from collections.abc import Collection
-from typing import Any, Final
+from collections.abc import Callable, Collection
+from typing import Any, Final, TypeAlias, TypeVar
 
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader
@@ -46,6 +46,7 @@ from npystore.files.mat.tree import (
 from npystore.files.mat.v5_build import Builder
 from npystore.formats import deflate, mat5
 from npystore.formats.mat5 import DataRef, MatHeader, NeedMoreBytes, VariableEntry
+from npystore.read.drive import parse_with_more
 from npystore.read.inflate import inflate_into, inflate_range
 from npystore.read.layout import (
     DeflatedExtent,
@@ -72,8 +73,9 @@ HEAD_BYTES: Final = 4096
 READ_WHOLE: Final = 8 * 2**20
 #: Compressed variables inflating to at most this many bytes are inflated whole once.
 INFLATE_WHOLE: Final = 16 * 2**20
-#: Most NeedMoreBytes rounds while parsing one variable.
-MAX_ROUNDS: Final = 100_000
+#: A compressed header being parsed: the zlib stream read so far and its inflated prefix.
+_Inflating: TypeAlias = tuple[bytes | memoryview, bytes]
+_T = TypeVar("_T")
 
 
 class _Source:
@@ -142,6 +144,24 @@ class _Source:
         if size <= len(self.prefix):
             return
         self.prefix = inflate_range(self.reader, member, self.slot, 0, size)
+
+    def more(self, prefix: bytes, need: NeedMoreBytes) -> bytes:
+        """``prefix`` grown to cover what ``need`` asks for (for
+        :func:`~npystore.read.drive.parse_with_more`).
+
+        Raises
+        ------
+        FormatError
+            The stream ends first.
+        """
+        before = len(prefix)
+        self.grow(need.offset + need.needed)
+        if len(self.prefix) <= before:
+            raise FormatError(
+                f"{self.where}: the element needs inflated bytes up to "
+                f"{need.offset + need.needed}, the stream has {before}"
+            )
+        return self.prefix
 
     def inflate_whole(self) -> None:
         """Inflate the whole stream once, checking its size and Adler-32."""
@@ -345,33 +365,35 @@ class Mat5File:
     def _matrix_header(self, e: VariableEntry, head: memoryview | bytes) -> mat5.MatrixHeader:
         r, order = self.reader, self.header.byte_order
         if not e.compressed:
-            extra: dict[int, bytes] = {}
-            for _ in range(64):
-                try:
-                    return mat5.parse_matrix_header(
-                        head, e.offset, order, source=r.url, extra=extra
-                    )
-                except NeedMoreBytes as more:
-                    stop = min(e.end, more.offset + max(more.needed, HEAD_BYTES))
-                    extra[more.offset] = r.read(more.offset, stop)
-            raise FormatError(f"{r.url}: element at offset {e.offset}: header too scattered")
+            return _in_pieces(
+                lambda extra: mat5.parse_matrix_header(
+                    head, e.offset, order, source=r.url, extra=extra
+                ),
+                r, e.end, HEAD_BYTES, f"{r.url}: element at offset {e.offset}",
+            )  # fmt: skip
         where = f"{r.url}: miCOMPRESSED element at offset {e.offset}"
-        inflated = _inflate_prefix(head, 1024, where)
-        for _ in range(16):
-            try:
-                return mat5.parse_matrix_header(inflated, 0, order, source=where, inflated=True)
-            except NeedMoreBytes as more:
-                want = more.offset + more.needed
-                if len(head) < e.data_size:
-                    head = r.read(e.data_offset, min(e.end, e.data_offset + 4 * len(head)))
-                before = len(inflated)
-                inflated = _inflate_prefix(head, max(want, 2 * before), where)
-                if len(inflated) <= before:
-                    raise FormatError(
-                        f"{where}: the stream ends after {before} bytes, the element needs "
-                        f"bytes up to {want}"
-                    ) from None
-        raise FormatError(f"{where}: header too long")
+
+        def inflate_more(state: _Inflating, more: NeedMoreBytes) -> _Inflating:
+            """More of the stream read (4 times as much) and inflated (at least doubled)."""
+            stream, inflated = state
+            want = more.offset + more.needed
+            if len(stream) < e.data_size:
+                stream = r.read(e.data_offset, min(e.end, e.data_offset + 4 * len(stream)))
+            before = len(inflated)
+            inflated = _inflate_prefix(stream, max(want, 2 * before), where)
+            if len(inflated) <= before:
+                raise FormatError(
+                    f"{where}: the stream ends after {before} bytes, the element needs "
+                    f"bytes up to {want}"
+                )
+            return stream, inflated
+
+        return parse_with_more(
+            lambda state: mat5.parse_matrix_header(state[1], 0, order, source=where, inflated=True),
+            inflate_more,
+            (head, _inflate_prefix(head, 1024, where)),
+            source=where,
+        )
 
     # -- the backend protocol ----------------------------------------------------------------
 
@@ -448,7 +470,6 @@ class Mat5File:
 
     def _parse(self, src: _Source) -> mat5.MatVariable:
         e, order, r = src.entry, self.header.byte_order, self.reader
-        extra: dict[int, bytes] = {}
         if not e.compressed:
             whole = e.total_size <= READ_WHOLE
             element: memoryview | bytes | None = (
@@ -456,16 +477,13 @@ class Mat5File:
             )
             if element is None:
                 element = r.read(e.offset, min(e.end, e.offset + READ_WHOLE))
-            for _ in range(MAX_ROUNDS):
-                try:
-                    return mat5.parse_variable(
-                        element, e.offset, order, source=r.url, max_depth=self.max_depth,
-                        extra=extra, decode_below=EAGER_BYTES if whole else 0,
-                    )  # fmt: skip
-                except NeedMoreBytes as more:
-                    stop = min(e.end, more.offset + max(more.needed, WINDOW))
-                    extra[more.offset] = r.read(more.offset, stop)
-            raise FormatError(f"{src.where}: too many metadata pieces")
+            return _in_pieces(
+                lambda extra: mat5.parse_variable(
+                    element, e.offset, order, source=r.url, max_depth=self.max_depth,
+                    extra=extra, decode_below=EAGER_BYTES if whole else 0,
+                ),
+                r, e.end, WINDOW, src.where,
+            )  # fmt: skip
         src.open_stream(self._head_view(e))
         member = src.member
         if member is None:  # pragma: no cover
@@ -478,21 +496,14 @@ class Mat5File:
                 decode_below=EAGER_BYTES,
             )  # fmt: skip
         src.grow(HEAD_BYTES * 16)
-        for _ in range(MAX_ROUNDS):
-            try:
-                return mat5.parse_variable(
-                    src.prefix, 0, order, source=src.where, max_depth=self.max_depth,
-                    inflated=True,
-                )  # fmt: skip
-            except NeedMoreBytes as more:
-                before = len(src.prefix)
-                src.grow(more.offset + more.needed)
-                if len(src.prefix) <= before:
-                    raise FormatError(
-                        f"{src.where}: the element needs inflated bytes up to "
-                        f"{more.offset + more.needed}, the stream has {before}"
-                    ) from None
-        raise FormatError(f"{src.where}: too many metadata pieces")
+        return parse_with_more(
+            lambda prefix: mat5.parse_variable(
+                prefix, 0, order, source=src.where, max_depth=self.max_depth, inflated=True
+            ),
+            src.more,
+            src.prefix,
+            source=src.where,
+        )
 
     def close(self) -> None:
         """Nothing to release (reads are stateless)."""
@@ -536,6 +547,23 @@ def _windows_of(starts: list[int], data: list[bytes]) -> _Windows:
     for start, window in zip(starts, data, strict=True):
         windows.add(start, window)
     return windows
+
+
+def _in_pieces(
+    parse: Callable[[dict[int, bytes]], _T], reader: RangeReader, end: int, least: int, where: str
+) -> _T:
+    """``parse(extra)`` of an uncompressed element, run by
+    :func:`~npystore.read.drive.parse_with_more`: each piece it asks for (at least ``least``
+    bytes, not past the element's ``end``) read into ``extra``."""
+
+    def more(extra: dict[int, bytes], need: NeedMoreBytes) -> dict[int, bytes]:
+        extra[need.offset] = reader.read(
+            need.offset, min(end, need.offset + max(need.needed, least))
+        )
+        return extra
+
+    first: dict[int, bytes] = {}
+    return parse_with_more(parse, more, first, source=where)
 
 
 def _head_range(e: VariableEntry) -> tuple[int, int]:

@@ -160,8 +160,8 @@ from npystore.formats.mat5._tags import (
     DataRef,
 )
 from npystore.formats.mat5._vector import VECTOR_MIN
+from npystore.formats.need import NeedMoreBytes
 from npystore.formats.sniff import HDF5_SIGNATURE
-from npystore.formats.zipdir import NeedMoreBytes
 
 __all__ = [
     "CLASS_NAMES", "DEFAULT_MAX_DEPTH", "HEADER_SIZE", "MAX_DEPTH_LIMIT", "MAX_FIELDS",

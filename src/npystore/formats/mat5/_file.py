@@ -19,7 +19,7 @@ from npystore.formats.mat5._tags import (
     _mi,
     _pair,
 )
-from npystore.formats.zipdir import NeedMoreBytes
+from npystore.formats.need import NeedMoreBytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from npystore.formats.mat5._bulk import DecodedChars, decoded_class
 from npystore.formats.mat5._char import CharArray
 from npystore.formats.mat5._numeric import NumericArray, SparseArray
 from npystore.formats.mat5._tags import DataRef, _Bytes
-from npystore.formats.zipdir import NeedMoreBytes
+from npystore.formats.need import NeedMoreBytes
 
 
 @dataclass(frozen=True, slots=True)

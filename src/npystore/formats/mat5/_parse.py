@@ -47,8 +47,8 @@ from npystore.formats.mat5._tags import (
     _Reader,
 )
 from npystore.formats.mat5._vector import decode_children
+from npystore.formats.need import NeedMoreBytes
 from npystore.formats.shapes import check_shape
-from npystore.formats.zipdir import NeedMoreBytes
 
 
 def parse_variable(

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from npystore.errors import FormatError
-from npystore.formats.zipdir import NeedMoreBytes
+from npystore.formats.need import NeedMoreBytes
 
 #: Size of the Level-5 file header.
 HEADER_SIZE: Final = 128
