@@ -42,9 +42,9 @@ def test_reads_go_direct_with_a_sigv4_url_and_equal_botocore(
     with s3.counter.measure() as direct:
         got = reader.read_many(ranges)
     assert got == [data[a:b] for a, b in ranges]
-    signed = reader._signed
+    signed = reader.transport._signed
     assert signed is not None
-    assert not reader._direct_off
+    assert not reader.transport._direct_off
     query = parse_qs(urlsplit(signed.url).query)
     assert query["X-Amz-Algorithm"] == ["AWS4-HMAC-SHA256"]
     assert query["X-Amz-SignedHeaders"] == ["host"]  # one URL serves every Range
@@ -62,8 +62,8 @@ def test_reads_go_direct_with_a_sigv4_url_and_equal_botocore(
     slow = open_reader(url, s3.storage_options)
     with s3.counter.measure() as boto:
         assert slow.read_many(ranges) == got
-    assert slow._direct_off
-    assert slow._signed is None
+    assert slow.transport._direct_off
+    assert slow.transport._signed is None
     assert (boto.gets, boto.bytes) == (direct.gets, direct.bytes)
     assert not any("X-Amz-Signature=" in r.url for r in boto.records)
 
@@ -75,7 +75,7 @@ def test_streamed_reads_into_buffers(s3: Any) -> None:
     out = bytearray(len(data) - 100)
     reader.readinto_many([(100, memoryview(out))])
     assert out == data[100:]
-    assert reader._signed is not None
+    assert reader.transport._signed is not None
 
 
 @pytest.mark.parametrize(
@@ -87,19 +87,19 @@ def test_keys_that_need_quoting(s3: Any, key: str) -> None:
     np.testing.assert_array_equal(npystore.open_npy(url, storage_options=s3.storage_options), arr)
     reader = open_reader(url, s3.storage_options)
     assert reader.read_many([(128, 200)]) == [_npy(arr)[128:200]]
-    assert reader._signed is not None
-    assert not reader._direct_off
+    assert reader.transport._signed is not None
+    assert not reader.transport._direct_off
 
 
 def test_replaced_object_is_refused_on_the_direct_path(s3: Any) -> None:
     url = s3.put_bytes(_npy(np.arange(5000.0)), "moving.npy")
     reader = open_reader(url, s3.storage_options)
     reader.read_many([(200, 300)])
-    assert reader._signed is not None
+    assert reader.transport._signed is not None
     s3.put_bytes(_npy(np.arange(5000.0) + 1), "moving.npy")
     with pytest.raises(ConsistencyError, match=r"moving\.npy: the object changed.*IfMatch"):
         reader.read_many([(200, 300)])
-    assert not reader._direct_off  # a 412 is an answer, not a reason to leave the path
+    assert not reader.transport._direct_off  # a 412 is an answer, not a reason to leave the path
 
 
 def test_versioned_bucket_reads_the_version_opened(s3: Any, s3_server: Any) -> None:
@@ -112,8 +112,8 @@ def test_versioned_bucket_reads_the_version_opened(s3: Any, s3_server: Any) -> N
     version = dict(reader.identity.fields)["VersionId"]
     s3.put_bytes(_npy(np.arange(5000.0) * 2), "v.npy")
     assert reader.read_many([(128, 4128)]) == [old[128:4128]]  # the version opened
-    assert reader._signed is not None
-    assert parse_qs(urlsplit(reader._signed.url).query)["versionId"] == [version]
+    assert reader.transport._signed is not None
+    assert parse_qs(urlsplit(reader.transport._signed.url).query)["versionId"] == [version]
     client = s3_server.client()  # a versioned bucket is deleted only once every version is
     for v in client.list_object_versions(Bucket=s3.bucket).get("Versions", []):
         client.delete_object(Bucket=s3.bucket, Key=v["Key"], VersionId=v["VersionId"])
@@ -136,8 +136,8 @@ def test_options_that_change_requests_keep_botocore(
     opts = s3_server.storage_options(**extra)
     reader = open_reader(url, opts)
     assert reader.read_many([(128, 1128)]) == [data[128:1128]]
-    assert reader._direct_off
-    assert reader._signed is None
+    assert reader.transport._direct_off
+    assert reader.transport._signed is None
 
 
 def test_anonymous_clients_use_the_plain_url(s3: Any, s3_server: Any) -> None:
@@ -147,8 +147,8 @@ def test_anonymous_clients_use_the_plain_url(s3: Any, s3_server: Any) -> None:
     opts = {"anon": True, "client_kwargs": {"endpoint_url": s3_server.endpoint_url}}
     reader = open_reader(url, opts)
     assert reader.read_many([(128, 1128)]) == [data[128:1128]]
-    assert reader._signed is not None
-    query = parse_qs(urlsplit(reader._signed.url).query)
+    assert reader.transport._signed is not None
+    query = parse_qs(urlsplit(reader.transport._signed.url).query)
     assert not any(k.startswith("X-Amz-") or k == "Signature" for k in query)
 
 
@@ -166,7 +166,7 @@ def test_a_refusal_moves_the_reader_to_botocore(s3: Any, monkeypatch: pytest.Mon
     with s3.counter.measure() as m:
         assert reader.read_many([(128, 1128), (2000, 3000)]) == [data[128:1128], data[2000:3000]]
     assert calls
-    assert reader._direct_off
+    assert reader.transport._direct_off
     assert m.gets == 2  # both ranges read again through botocore, nothing else
     calls.clear()
     assert reader.read(128, 200) == data[128:200]
@@ -194,7 +194,7 @@ def test_a_stubbed_client_is_left_to_botocore(s3: Any) -> None:
     finally:
         events.unregister("before-send.s3.GetObject", unique_id="stub-test")
     assert answered
-    assert reader._direct_off
+    assert reader.transport._direct_off
 
 
 def test_presign_failure_keeps_botocore(s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -207,7 +207,7 @@ def test_presign_failure_keeps_botocore(s3: Any, monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(s3direct, "direct_url", broken)
     assert reader.read_many([(128, 1128)]) == [data[128:1128]]
-    assert reader._direct_off
+    assert reader.transport._direct_off
 
 
 def test_stale_urls_are_signed_again(s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -215,14 +215,14 @@ def test_stale_urls_are_signed_again(s3: Any, monkeypatch: pytest.MonkeyPatch) -
     url = s3.put_bytes(data, "stale.npy")
     reader = open_reader(url, s3.storage_options)
     reader.read_many([(128, 228)])
-    first = reader._signed
+    first = reader.transport._signed
     assert first is not None
     assert first.fresh()
     monkeypatch.setattr(s3direct, "URL_REUSE", -1.0)
     assert not first.fresh()
     reader.read_many([(128, 228)])
-    assert reader._signed is not None
-    assert reader._signed is not first
+    assert reader.transport._signed is not None
+    assert reader.transport._signed is not first
 
 
 def test_pickled_readers_sign_their_own_url(s3: Any, tmp_path: Path) -> None:
@@ -233,9 +233,9 @@ def test_pickled_readers_sign_their_own_url(s3: Any, tmp_path: Path) -> None:
     reader = open_reader(url, s3.storage_options)
     reader.read(128, 228)
     clone = pickle.loads(pickle.dumps(reader))
-    assert clone._signed is None
+    assert clone.transport._signed is None
     assert clone.read_many([(128, 1128)]) == [data[128:1128]]
-    assert clone._signed is not None
+    assert clone.transport._signed is not None
 
 
 def test_tls_is_verified_with_botocores_certificates(
@@ -247,10 +247,10 @@ def test_tls_is_verified_with_botocores_certificates(
     url = s3.put_bytes(data, "tls.npy")
     reader = open_reader(url, s3.storage_options)
     reader.read_many([(128, 228)])
-    assert reader._signed is not None
+    assert reader.transport._signed is not None
     verify = s3.fs.s3._endpoint.http_session._verify  # what botocore verifies with
     expected = verify if isinstance(verify, str) else get_cert_path(True)
-    assert reader._signed.ca_bundle == (expected or None)
+    assert reader.transport._signed.ca_bundle == (expected or None)
 
     import s3fs
 
@@ -261,8 +261,8 @@ def test_tls_is_verified_with_botocores_certificates(
     s3fs.S3FileSystem.clear_instance_cache()
     other = open_reader(url, s3_server.storage_options(anon=False))
     other.read_many([(128, 228)])
-    assert other._signed is not None
-    assert other._signed.ca_bundle == bundle
+    assert other.transport._signed is not None
+    assert other.transport._signed.ca_bundle == bundle
 
 
 def test_a_tls_failure_hands_over_to_botocore(s3: Any, s3_server: Any) -> None:
@@ -275,7 +275,7 @@ def test_a_tls_failure_hands_over_to_botocore(s3: Any, s3_server: Any) -> None:
     url = s3.put_bytes(b"x" * 1000, "plain.bin")
     reader = open_reader(url, s3.storage_options)
     reader.read_many([(100, 200)])
-    signed = reader._signed
+    signed = reader.transport._signed
     assert signed is not None
     https = signed.url.replace("http://", "https://", 1)
     broken = s3direct.SignedUrl(

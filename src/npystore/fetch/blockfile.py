@@ -23,7 +23,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Final
 
-from npystore.fetch import RangeReader
+from npystore.fetch.reader import RangeReader
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",

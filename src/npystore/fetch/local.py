@@ -1,0 +1,124 @@
+"""Positional reads: local files and open file objects (part of the fetch layer).
+
+:class:`LocalRanges` reads a file on the local filesystem with ``os.preadv`` straight into
+the caller's buffers; ranges larger than :data:`LOCAL_PART_SIZE` are split across a small
+process-wide thread pool when asked to (the GIL is released while the kernel copies). The
+file's size and mtime are checked against the identity before every batch of reads.
+
+:class:`FileRanges` reads an open binary file object (see :mod:`npystore.fetch.fileobj`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Final
+
+from npystore.errors import ConsistencyError
+from npystore.fetch.fileobj import FileSource
+from npystore.fetch.identity import ObjectIdentity
+from npystore.fetch.transport import Transport, split_requests
+
+__all__ = ["LOCAL_PART_SIZE", "FileRanges", "LocalRanges"]
+
+#: Local ranges larger than this are split across the thread pool (when asked to).
+LOCAL_PART_SIZE: Final = 16 * 2**20
+
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_pool_pid: int | None = None
+
+
+def _thread_pool() -> ThreadPoolExecutor:
+    """A process-wide pool for parallel local reads (recreated after a fork)."""
+    global _pool, _pool_pid  # noqa: PLW0603
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():
+            workers = max(2, min(8, 2 * (os.cpu_count() or 1)))
+            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="npystore-read")
+            _pool_pid = os.getpid()
+        return _pool
+
+
+class LocalRanges(Transport):
+    """A local file's ranges, read with ``os.preadv`` after its size and mtime are checked.
+
+    Parameters
+    ----------
+    path : str
+        The file's local path.
+    identity : ObjectIdentity
+        The file's identity at open (size, mtime, inode).
+    """
+
+    def __init__(self, path: str, identity: ObjectIdentity):
+        super().__init__(identity)
+        self.path = path
+
+    def readinto(
+        self, requests: Sequence[tuple[int, memoryview]], *, parallel: bool = False
+    ) -> None:
+        if parallel:
+            requests = split_requests(requests, LOCAL_PART_SIZE)
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            self._check_identity(fd)
+            if parallel and len(requests) > 1:
+                pool = _thread_pool()
+                futures: list[Future[None]] = [
+                    pool.submit(self._pread_full, fd, start, view) for start, view in requests
+                ]
+                for future in futures:
+                    future.result()
+            else:
+                for start, view in requests:
+                    self._pread_full(fd, start, view)
+        finally:
+            os.close(fd)
+
+    def _check_identity(self, fd: int) -> None:
+        st = os.fstat(fd)
+        fields = dict(self.identity.fields)
+        mtime = fields.get("mtime")
+        if st.st_size != self.identity.size or (mtime is not None and mtime != str(st.st_mtime)):
+            raise ConsistencyError(
+                f"{self.url}: the file changed since it was opened (size {self.identity.size}"
+                f" -> {st.st_size}, mtime {mtime} -> {st.st_mtime}); reopen it"
+            )
+
+    def _pread_full(self, fd: int, start: int, view: memoryview) -> None:
+        done = 0
+        total = view.nbytes
+        while done < total:
+            n = os.preadv(fd, [view[done:]], start + done)
+            if n <= 0:
+                raise ConsistencyError(
+                    f"{self.url}: file ended at byte {start + done} while reading "
+                    f"[{start}, {start + total}); it is shorter than when it was opened"
+                )
+            done += n
+
+
+class FileRanges(Transport):
+    """An open file object's ranges, read by its :class:`~npystore.fetch.fileobj.FileSource`.
+
+    Parameters
+    ----------
+    source : FileSource
+        The file object, with its size and position at open.
+    identity : ObjectIdentity
+        The identity made from ``source``.
+    """
+
+    def __init__(self, source: FileSource, identity: ObjectIdentity):
+        super().__init__(identity)
+        self.source = source
+
+    def readinto(
+        self, requests: Sequence[tuple[int, memoryview]], *, parallel: bool = False
+    ) -> None:
+        if parallel:
+            requests = split_requests(requests, LOCAL_PART_SIZE)
+        self.source.readinto_many(requests)

@@ -1,0 +1,122 @@
+"""Opening: :func:`open_reader` turns a URL (or a file object) into a bound reader, and
+:func:`write_object` writes a whole object (part of the fetch layer).
+
+Both take fsspec's ``storage_options`` plus npystore's own ``"npystore_read_budget"``
+(removed before the filesystem is made). Opening captures the object's size and identity
+in one request: on S3 a ranged ``GetObject`` that carries the object's first (or last)
+bytes too (:mod:`npystore.fetch.opening`), elsewhere ``info``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Final
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from npystore.fetch import opening, remote
+from npystore.fetch.fileobj import BinaryFile, FileSource, is_file_object
+from npystore.fetch.identity import ObjectIdentity
+from npystore.fetch.reader import RangeReader
+from npystore.fetch.remote import BUDGET_OPTION
+from npystore.fetch.s3 import is_s3
+
+__all__ = ["OPEN_HEAD", "open_reader", "write_object"]
+
+#: Bytes read together with the identity when an S3 object is opened (see :func:`open_reader`):
+#: enough to recognise every format and to hold a typical .npy header, no array data.
+OPEN_HEAD: Final = 128
+
+
+def write_object(url: str, data: bytes, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Write ``data`` as the whole object at ``url`` (any fsspec URL; the package's tools'
+    small outputs, e.g. ``npystore refs -o``)."""
+    options = dict(storage_options or {})
+    options.pop(BUDGET_OPTION, None)  # npystore's own, for reads
+    with fsspec.open(url, "wb", **options) as f:
+        f.write(data)
+
+
+def open_reader(
+    url: str | BinaryFile,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    head: int = OPEN_HEAD,
+    tail: int = 0,
+) -> RangeReader:
+    """Open a reader on ``url`` (any fsspec URL, chained URLs included).
+
+    One request captures the object's size and identity. On S3 that request is a ranged
+    ``GetObject`` of the first ``head`` bytes (the magic bytes every format starts with; a
+    format whose metadata sits at the start, like HDF5, asks for more, since a round trip
+    costs about the same for 128 bytes or 64 KiB); elsewhere it is ``info`` and no data is
+    read.
+
+    Parameters
+    ----------
+    url : str or file object
+        Local path or fsspec URL, e.g. ``"s3://bucket/a.npy"`` or ``"simplecache::s3://..."``;
+        or an open, seekable binary file object, read from its current position to its end
+        (see :mod:`npystore.fetch.fileobj`; no request, ``storage_options`` must be empty).
+    storage_options : mapping, optional
+        Keyword arguments for the filesystem (fsspec's ``storage_options``), plus npystore's
+        own ``"npystore_read_budget"``: seconds one remote byte range (and the opening
+        request) may take, all retries included (default: the environment variable
+        ``NPYSTORE_READ_BUDGET``, else :data:`~npystore.fetch.remote.READ_BUDGET`, 300 s;
+        ``inf`` for none). It is removed before the filesystem is made.
+    head : int
+        Bytes to read with the identity on S3 (0: a plain ``HeadObject``).
+    tail : int
+        If positive, read the object's last ``tail`` bytes with the identity instead (one
+        suffix-range ``GetObject``), for formats whose index is at the end.
+
+    Returns
+    -------
+    RangeReader
+
+    Raises
+    ------
+    FetchError
+        The opening request failed after its attempts or its time budget.
+    FileNotFoundError, PermissionError
+        The object does not exist, or may not be read (the message names the URL).
+    UnsupportedError
+        A protocol fsspec does not know; a file object that cannot seek.
+    MissingDependencyError
+        The protocol's filesystem package (s3fs, aiohttp, gcsfs, ...) is not installed (an
+        :class:`UnsupportedError` and an :class:`ImportError`).
+    ValueError
+        ``npystore_read_budget`` (or ``NPYSTORE_READ_BUDGET``) is not a positive number.
+    """
+    if is_file_object(url):
+        if storage_options:
+            raise TypeError("storage_options apply to URLs, not to an open file object")
+        source = FileSource(url)
+        identity = ObjectIdentity(source.name, source.size, source.fields)
+        return RangeReader(None, "", identity, source=source)
+    if not isinstance(url, (str, os.PathLike)):
+        raise TypeError(
+            f"expected a path, a URL or a binary file object with read, seek and tell, "
+            f"got {type(url).__name__}"
+        )
+    options = dict(storage_options or {})
+    budget = remote.budget_from(options.pop(BUDGET_OPTION, None))
+    fs, path = opening.filesystem(os.fspath(url), options)
+    name = fs.unstrip_protocol(path) if not isinstance(fs, LocalFileSystem) else path
+    if tail > 0 and is_s3(fs):
+        opened, last = opening.s3_open(fs, path, name, -tail, budget)
+        return RangeReader(
+            fs, path, ObjectIdentity.from_info(name, opened), tail=last, budget=budget
+        )
+    if head > 0 and is_s3(fs):
+        opened, first = opening.s3_open(fs, path, name, head, budget)
+        return RangeReader(
+            fs, path, ObjectIdentity.from_info(name, opened), head=first, budget=budget
+        )
+    info = opening.info_within(fs, path, name, budget)
+    if isinstance(fs, LocalFileSystem):
+        st = os.stat(path)
+        info = {"size": st.st_size, "mtime": st.st_mtime, "ino": st.st_ino, "type": info["type"]}
+    return RangeReader(fs, path, ObjectIdentity.from_info(name, info), budget=budget)
