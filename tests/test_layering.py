@@ -142,6 +142,12 @@ def test_rules_cover_every_layer() -> None:
     assert len(top) <= 8
 
 
+def test_no_module_over_600_lines() -> None:
+    sizes = {_rel(p): len(p.read_text().splitlines()) for p in _modules()}
+    big = {r: n for r, n in sizes.items() if n > 600}
+    assert not big, f"modules over 600 lines: {big}"
+
+
 def test_format_magics_only_in_formats() -> None:
     magics = [b"\\x93NUMPY", b"PK\\x03\\x04", b"MATLAB 5.0", b"MATLAB 7.3", b"\\x89HDF"]
     for path in _modules():
