@@ -225,7 +225,7 @@ def test_npz(
     assert code == 0, err
     group = zarr.open_group(out, mode="r")
     for key, want in arrays.items():
-        z = group[npystore.faces.zarr.store.node_name(key)]
+        z = group[npystore.faces.tree.node_name(key)]
         np.testing.assert_array_equal(z[...], want, err_msg=key)
         assert z.attrs["npystore"]["key"] == key
     assert group["f8"].chunks == (16, 30)

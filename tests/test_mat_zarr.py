@@ -46,7 +46,7 @@ def check(group: Any, value: Any, path: str) -> None:
     elif isinstance(value, MatStruct):
         assert attrs["matlab_fields"] == list(value), path
         for f, v in value.items():
-            check(group, v, f"{path}/{npystore.faces.zarr.store.node_name(f)}")
+            check(group, v, f"{path}/{npystore.faces.tree.node_name(f)}")
     elif isinstance(value, MatlabObject):
         assert attrs["matlab_class"] == value.matlab_class, path
         assert "matlab_placeholder" in attrs, path
@@ -81,7 +81,7 @@ def test_corpus_store_equals_open_mat(rel: str) -> None:
     group = zarr.open_group(store, mode="r")
     assert group.attrs["npystore"]["mat_version"] == m.version
     for name in m:
-        check(group, m[name], npystore.faces.zarr.store.node_name(name))
+        check(group, m[name], npystore.faces.tree.node_name(name))
 
 
 def test_savemat_store(tmp_path: Path) -> None:

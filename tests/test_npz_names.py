@@ -21,7 +21,7 @@ import xarray as xr
 import zarr
 
 import npystore
-from npystore.faces.zarr.store import MAX_NODE_NAME, node_name
+from npystore.faces.tree import MAX_NODE_NAME, node_name
 from npystore.files.zip import member_key, unique_keys
 from npystore.tools import cli
 from npystore.tools.convert import MANIFEST_KEY, convert

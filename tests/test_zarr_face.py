@@ -109,7 +109,7 @@ def _check_refs(refs: dict[str, Any], expected: Any, **fs_kw: Any) -> None:
 
 
 def test_kerchunk_npy_and_npz_local(tmp_path: Path) -> None:
-    from npystore.faces.zarr import store as zarr_store
+    from npystore.faces.tree import nodes as zarr_store
 
     arr = np.asfortranarray(np.arange(30_000, dtype=">f4").reshape(300, 100))
     np.save(tmp_path / "a.npy", arr)

@@ -199,7 +199,7 @@ def test_zarr_reads_the_group(store: LayoutStore, npz_path: Path) -> None:
 
 
 def test_edge_chunks_are_zero_padded(tmp_path: Path) -> None:
-    from npystore.faces.zarr import store as zarr_store
+    from npystore.faces.tree import nodes as zarr_store
 
     arr = np.arange(1, 1001, dtype="<u2").reshape(100, 10)
     np.save(tmp_path / "e.npy", arr)

@@ -104,7 +104,7 @@ _MOVED: dict[str, str] = {
     "npystore.crccheck": "npystore.read.crccheck",
     "npystore.demo": "npystore.tools.demo",
     "npystore.faces.dtypes": "npystore.faces.zarr.dtypes",
-    "npystore.faces.mat_zarr": "npystore.faces.zarr.mat",
+    "npystore.faces.mat_zarr": "npystore.faces.tree.mat",
     "npystore.faces.zarr_store": "npystore.faces.zarr.store",
     "npystore.fileobj": "npystore.fetch.fileobj",
     "npystore.h5decode": "npystore.read.h5decode",

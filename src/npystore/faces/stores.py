@@ -12,75 +12,19 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from npystore.errors import UnsupportedError
-from npystore.fetch import RangeReader, open_reader
-from npystore.files.npy import open_layout_array
-from npystore.files.open import sniff_reader
-from npystore.files.zip import DEFAULT_MAX_MEMBERS, ZipArchive, unique_keys
+from npystore.faces.tree import ArrayNode, file_nodes
+from npystore.fetch import open_reader
+from npystore.files.zip import DEFAULT_MAX_MEMBERS
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
-from npystore.read.access import LayoutArray
 from npystore.read.layout import RawExtent
 
 if TYPE_CHECKING:
-    from npystore.faces.zarr.store import LayoutStore, Node
+    from npystore.faces.zarr.store import LayoutStore
 
 __all__ = ["open_store", "to_kerchunk"]
 
 #: Largest chunk inlined into kerchunk references (edge chunks, inflated members).
 MAX_INLINE_CHUNK: Final = 8 * 2**20
-
-
-def store_nodes(reader: RangeReader, *, max_header_size: int, max_members: int) -> dict[str, Node]:
-    """The Zarr hierarchy of the file behind ``reader``: path -> array or group node, as
-    :func:`open_store` serves it (``convert`` writes the same tree)."""
-    from npystore.faces.zarr.store import ArrayNode, GroupNode, node_name  # noqa: PLC0415
-
-    found = sniff_reader(reader)
-    prefix, kind = found.prefix, found.kind
-    about: dict[str, Any] = {"npystore": {"source": reader.url, "format": kind}}
-    if kind == "npy":
-        array = open_layout_array(reader, prefix, False, max_header_size)
-        return {"": ArrayNode(array, attributes=about)}
-    if kind == "npz":
-        archive = ZipArchive(reader, max_header_size=max_header_size, max_members=max_members)
-        infos = archive.resolve(archive.names)
-        keys = unique_keys(archive.names)
-        nodes: dict[str, Node] = {}
-        skipped: dict[str, str] = {}
-        renamed: dict[str, str] = {}
-        for name, info in infos.items():
-            if info.header is None:
-                skipped[name] = "not an .npy member"
-                continue
-            if info.header.is_pickled:
-                skipped[name] = f"object array ({info.header.dtype}): a pickle"
-                continue
-            layout = archive.layout(name)
-            array = LayoutArray(reader, layout, source=f"{reader.url}:{name}")
-            key = keys[name]  # as numpy reads it: members x and x.npy are x and x.npy
-            safe = node_name(key)
-            if safe != info.key:
-                renamed[name] = safe
-            nodes[safe] = ArrayNode(
-                array,
-                attributes={"npystore": {"member": name, "key": key}},
-                dimension_prefix=f"{safe}_",
-            )
-        root_attrs = dict(about)
-        extra = {"skipped": skipped} if skipped else {}
-        if renamed:
-            extra["renamed"] = renamed
-        if extra:
-            root_attrs["npystore"] = {**about["npystore"], **extra}
-        nodes[""] = GroupNode(root_attrs)
-        return nodes
-    from npystore.faces.matfile import mat_from_reader  # noqa: PLC0415
-    from npystore.faces.zarr.mat import mat_nodes  # noqa: PLC0415
-
-    mat = mat_from_reader(reader, prefix)
-    about["npystore"]["mat_version"] = mat.version
-    about["matlab_header"] = mat.header_text
-    variables = {name: mat.node(name) for name in mat}
-    return mat_nodes(reader, variables, root_attributes=about)
 
 
 def open_store(
@@ -95,7 +39,7 @@ def open_store(
     An ``.npy`` file is an array at the root (``zarr.open_array(store, mode="r")``); an
     ``.npz`` archive is a group with one array per ``.npy`` member
     (``zarr.open_group(store, mode="r")``), named by the member's key (as
-    :func:`~npystore.faces.zarr.store.node_name` makes it safe: percent-encoded, reserved
+    :func:`~npystore.faces.tree.node_name` makes it safe: percent-encoded, reserved
     names escaped, long names shortened; when members ``x`` and ``x.npy`` both exist they
     are ``x`` and ``x.npy``, the keys numpy reads them by). Each array's attributes name its
     member (``npystore.member``); the root's ``npystore.renamed`` maps every member whose
@@ -139,7 +83,7 @@ def open_store(
     from npystore.faces.zarr.store import LayoutStore  # noqa: PLC0415
 
     reader = open_reader(url, storage_options)
-    nodes = store_nodes(reader, max_header_size=max_header_size, max_members=max_members)
+    nodes = file_nodes(reader, max_header_size=max_header_size, max_members=max_members)
     return LayoutStore(nodes, url=reader.url)
 
 
@@ -182,7 +126,7 @@ def to_kerchunk(
         A chunk that must be inlined is larger than :data:`MAX_INLINE_CHUNK`, or an archive
         with more than ``max_members`` members.
     """
-    from npystore.faces.zarr.store import ArrayNode, LayoutStore  # noqa: PLC0415
+    from npystore.faces.zarr.store import LayoutStore  # noqa: PLC0415
 
     reader = open_reader(url, storage_options)
     if reader.source is not None:
@@ -190,7 +134,7 @@ def to_kerchunk(
             f"{reader.url}: kerchunk references point into a file by its URL; pass the "
             f"file's path or URL, not an open file object"
         )
-    nodes = store_nodes(reader, max_header_size=max_header_size, max_members=max_members)
+    nodes = file_nodes(reader, max_header_size=max_header_size, max_members=max_members)
     store = LayoutStore(nodes, url=reader.url)
     target = reader.fs.unstrip_protocol(reader.path)
     refs: dict[str, Any] = {}

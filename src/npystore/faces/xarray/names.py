@@ -4,7 +4,7 @@
 Dimension names default to ``<variable>_dim_<i>`` (``dim_<i>`` for the one variable of an
 ``.npy`` file), built from the variable's own name (its ``.npz`` key or MATLAB name). The
 Zarr face names them otherwise, from percent-encoded node names (see
-:func:`npystore.faces.zarr.store.node_name`): an ``.npz`` member ``run1/x`` has dimensions
+:func:`npystore.faces.tree.node_name`): an ``.npz`` member ``run1/x`` has dimensions
 ``run1/x_dim_<i>`` here and ``run1%2Fx_dim_<i>`` there.
 """
 

@@ -19,9 +19,8 @@ from dask.utils import parse_bytes
 
 from npystore.errors import NpystoreError, UnsupportedError
 from npystore.faces.dask import normalize_layout_chunks
-from npystore.faces.stores import store_nodes
+from npystore.faces.tree import ArrayNode, GroupNode, file_nodes, node_name
 from npystore.faces.zarr.dtypes import zarr_dtype_for
-from npystore.faces.zarr.store import ArrayNode, GroupNode, node_name
 from npystore.fetch import open_reader
 from npystore.files.zip import DEFAULT_MAX_MEMBERS
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
@@ -177,7 +176,7 @@ def make_plan(
         chunk specs.
     """
     reader = open_reader(url, storage_options)
-    nodes = store_nodes(
+    nodes = file_nodes(
         reader, max_header_size=DEFAULT_MAX_HEADER_SIZE, max_members=DEFAULT_MAX_MEMBERS
     )
     root = nodes.get("")

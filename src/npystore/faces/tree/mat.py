@@ -1,4 +1,4 @@
-"""A MATLAB file's variables as a Zarr hierarchy (the nodes of a :class:`LayoutStore`).
+"""A MATLAB file's variables as nodes of the tree (what the Zarr store serves).
 
 =================  ===========================================================================
 MATLAB value       Zarr node
@@ -29,7 +29,8 @@ import dask.array as da
 import numpy as np
 
 from npystore.faces.dask import native_chunks
-from npystore.faces.zarr.store import CHUNK_TARGET, ArrayNode, GroupNode, Node, node_name
+from npystore.faces.tree import nodes
+from npystore.faces.tree.nodes import ArrayNode, GroupNode, Node, node_name
 from npystore.fetch import RangeReader
 from npystore.files.mat.tree import (
     CellNode,
@@ -59,7 +60,7 @@ def mat_nodes(
     """The hierarchy of a MAT-file: the root group and one node tree per variable.
 
     Every variable or field whose node name is not its own name (see
-    :func:`~npystore.faces.zarr.store.node_name`) is listed in the root's
+    :func:`~npystore.faces.tree.node_name`) is listed in the root's
     ``npystore.renamed`` attribute (its path in the file, names ``/``-joined -> its node
     path) and keeps its name in its node's ``matlab_name`` attribute.
     """
@@ -86,7 +87,7 @@ def _chunk_shape(layout: ArrayLayout) -> tuple[int, ...] | None:
     if native is None or 0 in layout.shape:
         return None
     chunks = da.core.normalize_chunks(  # type: ignore[no-untyped-call]
-        "auto", layout.shape, limit=CHUNK_TARGET, dtype=layout.dtype, previous_chunks=native
+        "auto", layout.shape, limit=nodes.CHUNK_TARGET, dtype=layout.dtype, previous_chunks=native
     )
     return tuple(max(1, c[0]) for c in chunks)
 
