@@ -1904,7 +1904,7 @@ def test_no_eval_or_exec_in_the_package() -> None:
 
 
 def test_unpickling_only_behind_allow_pickle() -> None:
-    """``pickle`` is imported by access.py alone and loaded in ``_load_pickled`` alone,
+    """``pickle`` is imported by read/access.py alone and loaded in ``_load_pickled`` alone,
     which only runs for object dtypes; every function that lays out a pickled array takes
     ``allow_pickle`` and raises ``pickle_refused`` without it; nothing passes
     ``allow_pickle=True`` on its own."""
@@ -1926,7 +1926,7 @@ def test_unpickling_only_behind_allow_pickle() -> None:
             for alias in node.names
         } | {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         unpicklers = {"pickle", "_pickle", "cPickle", "dill", "cloudpickle", "marshal", "shelve"}
-        if name != "access.py":
+        if name != "read/access.py":
             assert not imports & unpicklers, f"{name} imports {imports & unpicklers}"
         else:
             assert imports & unpicklers == {"pickle"}
@@ -1936,9 +1936,9 @@ def test_unpickling_only_behind_allow_pickle() -> None:
                 for c in _calls(tree, loader)
                 if isinstance(c.func, ast.Attribute) and getattr(c.func.value, "id", "") == "pickle"
             ]
-            if name != "access.py":
+            if name != "read/access.py":
                 assert not calls, f"{name} calls pickle.{loader}"
-    access = ast.parse(sources["access.py"])
+    access = ast.parse(sources["read/access.py"])
     functions = {f.name: f for f in _functions(access)}
     assert [f.name for f in _functions(access) if _calls(f, "loads")] == ["_load_pickled"]
     guarded = 0
