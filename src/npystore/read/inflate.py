@@ -27,6 +27,7 @@ from npystore.fetch import RangeReader, read_cache_file, write_cache_file
 from npystore.formats import deflate
 from npystore.formats.deflate import DeflateIndex
 from npystore.read.layout import DeflatedMember, IndexSlot
+from npystore.read.memo import MEMO_MEMBER, compressed_range
 
 __all__ = [
     "MemberGzipFile",
@@ -61,16 +62,23 @@ class _CompressedBlocks:
     def __init__(self, reader: RangeReader, member: DeflatedMember) -> None:
         self._reader = reader
         self._member = member
-        self._blocks: dict[int, bytes] = {}
+        self._blocks: dict[int, bytes | memoryview] = {}
         self._lock = threading.Lock()
         self.count = -(-member.compressed_size // STREAM_BLOCK)
 
-    def get(self, k: int) -> bytes:
+    def get(self, k: int) -> bytes | memoryview:
         with self._lock:
             block = self._blocks.get(k)
             if block is not None:
                 return block
             csize = self._member.compressed_size
+            if csize <= MEMO_MEMBER:  # kept once per process; the next block comes along
+                start, stop = k * STREAM_BLOCK, min(csize, (k + 1) * STREAM_BLOCK)
+                block = compressed_range(
+                    self._reader, self._member, start, stop, ahead=STREAM_BLOCK
+                )
+                self._blocks = {k: block}
+                return block
             wanted = [j for j in (k, k + 1) if j < self.count and j not in self._blocks]
             ranges = [
                 (
@@ -307,7 +315,7 @@ INPUT_SLICE: Final = 256 * 2**10
 
 def _compressed_pieces(
     reader: RangeReader, member: DeflatedMember, want: int | None
-) -> Iterator[bytes]:
+) -> Iterator[bytes | memoryview]:
     """The member's compressed bytes in order: blocks of :data:`STREAM_BLOCK` (next one
     prefetched) for a whole pass; for output up to ``want``, pieces that start near the
     compressed size ``want`` needs (estimated from the member's ratio) and double."""
@@ -322,12 +330,12 @@ def _compressed_pieces(
     pos = 0
     while pos < csize:
         stop = min(csize, pos + piece)
-        yield reader.read(member.offset + pos, member.offset + stop)
+        yield compressed_range(reader, member, pos, stop)
         pos = stop
         piece = min(STREAM_BLOCK, 2 * piece)
 
 
-def _sliced(pieces: Iterator[bytes]) -> Iterator[memoryview]:
+def _sliced(pieces: Iterator[bytes | memoryview]) -> Iterator[memoryview]:
     """The pieces cut into :data:`INPUT_SLICE` views (no copies)."""
     for piece in pieces:
         view = memoryview(piece)
@@ -448,7 +456,7 @@ def inflate_range_into(
             )
         return
     checkpoint, byte_start, byte_stop = index.locate(start, stop)
-    compressed = reader.read(member.offset + byte_start, member.offset + byte_stop)
+    compressed = compressed_range(reader, member, byte_start, byte_stop)
     deflate.inflate_from_into(
         checkpoint,
         compressed,

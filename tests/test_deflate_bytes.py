@@ -1,0 +1,115 @@
+"""A deflated member's compressed bytes move once per process, whatever the chunking.
+
+Counted through the local S3 server: a dask compute of a ``savez_compressed`` member in
+``k`` chunks, inflated from the start per chunk (small members) or through a checkpoint
+index built first (larger ones), moved up to 40x (64 chunks) and 2-3.7x the compressed
+size before :mod:`npystore.read.memo`.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import npystore
+from npystore.read import inflate, memo
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memo() -> Iterator[None]:
+    memo.forget()
+    yield
+    memo.forget()
+
+
+def _member(s3: Any, tmp_path: Path, n: int = 700_000) -> tuple[str, np.ndarray[Any, Any], int]:
+    a = np.round(np.random.default_rng(3).standard_normal(n) * 4).astype("<f8")
+    path = tmp_path / "d.npz"
+    np.savez_compressed(path, a=a)
+    csize = zipfile.ZipFile(path).getinfo("a.npy").compress_size
+    return s3.put_file(path, "d.npz"), a, csize
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["from-start", "indexed"])
+@pytest.mark.parametrize("k", [1, 2, 5, 16, 64])
+def test_dask_compute_moves_the_compressed_bytes_once(
+    s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, k: int, indexed: bool
+) -> None:
+    if indexed:  # the member counts as large: an index pass, then chunks from checkpoints
+        pytest.importorskip("indexed_gzip")
+        monkeypatch.setattr(inflate, "SMALL_MEMBER", 16 * 2**10)
+        monkeypatch.setattr(inflate, "HEAD_FRACTION", 10**9)
+    url, a, csize = _member(s3, tmp_path)
+    z = npystore.open_npz(url, storage_options=s3.storage_options, chunks=(-(-a.size // k),))
+    x = z["a"]
+    with s3.counter.measure() as m:
+        got = x.compute()
+    np.testing.assert_array_equal(got, a)
+    assert m.bytes <= 1.2 * csize, (m.bytes / csize, m.gets)
+    if indexed:
+        assert z.archive.index_slot("a.npy") is not None
+        assert z.archive.index_slot("a.npy").get() is not None  # type: ignore[union-attr]
+
+
+def test_load_of_a_member_and_slices_after_it(s3: Any, tmp_path: Path) -> None:
+    url, a, csize = _member(s3, tmp_path)
+    z = npystore.open_npz(url, storage_options=s3.storage_options, chunks=(100_000,))
+    with s3.counter.measure() as m:
+        np.testing.assert_array_equal(z.load("a"), a)
+        np.testing.assert_array_equal(z["a"][650_000:].compute(), a[650_000:])
+        np.testing.assert_array_equal(z["a"].compute(), a)
+    assert m.bytes <= 1.2 * csize
+
+
+def test_a_slice_near_the_start_fetches_only_its_prefix(s3: Any, tmp_path: Path) -> None:
+    url, a, csize = _member(s3, tmp_path, 2_000_000)
+    z = npystore.open_npz(url, storage_options=s3.storage_options, chunks=(100_000,))
+    with s3.counter.measure() as m:
+        np.testing.assert_array_equal(z["a"][:1000].compute(), a[:1000])
+    assert m.bytes < csize / 4
+
+
+def test_members_above_the_limit_are_not_kept(
+    s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(memo, "MEMO_MEMBER", 1024)
+    url, a, csize = _member(s3, tmp_path)
+    z = npystore.open_npz(url, storage_options=s3.storage_options, chunks=(100_000,))
+    with s3.counter.measure() as m:
+        np.testing.assert_array_equal(z["a"].compute(), a)
+    assert m.bytes > 2 * csize  # each chunk inflates from the start again: nothing kept
+    assert not memo._registry
+
+
+def test_the_kept_bytes_are_bounded(
+    s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, a, csize = _member(s3, tmp_path)
+    monkeypatch.setattr(memo, "MEMO_BUDGET", csize + 1)
+    arrays = {f"m{i}": a[i * 1000 :] for i in range(3)}
+    path = tmp_path / "many.npz"
+    np.savez_compressed(path, **arrays)
+    many = s3.put_file(path, "many.npz")
+    z = npystore.open_npz(many, storage_options=s3.storage_options)
+    for key, want in arrays.items():
+        np.testing.assert_array_equal(z[key].compute(), want)
+    assert len(memo._registry) == 1  # the least recently used prefixes were dropped
+    assert sum(p.buf.nbytes for p in memo._registry.values()) <= csize + 1
+
+
+def test_a_changed_object_is_not_served_from_kept_bytes(s3: Any, tmp_path: Path) -> None:
+    url, a, _ = _member(s3, tmp_path)
+    np.testing.assert_array_equal(
+        npystore.open_npz(url, storage_options=s3.storage_options)["a"].compute(), a
+    )
+    b = a[::-1].copy()
+    np.savez_compressed(tmp_path / "d.npz", a=b)
+    s3.put_file(tmp_path / "d.npz", "d.npz")
+    np.testing.assert_array_equal(
+        npystore.open_npz(url, storage_options=s3.storage_options)["a"].compute(), b
+    )
