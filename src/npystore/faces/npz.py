@@ -28,6 +28,7 @@ import numpy as np
 from npystore.errors import FormatError
 from npystore.faces.dask import DEFAULT_MAX_CHUNKS, to_dask
 from npystore.fetch import RangeReader, open_reader
+from npystore.fetch.cache import IndexCacheOption
 from npystore.files.zip import (
     DEFAULT_MAX_MEMBERS,
     OPEN_TAIL,
@@ -282,7 +283,7 @@ def open_npz(
     storage_options: Mapping[str, Any] | None = None,
     allow_pickle: bool = False,
     max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
-    index_cache: str | None = None,
+    index_cache: IndexCacheOption = None,
     max_members: int = DEFAULT_MAX_MEMBERS,
     max_chunks: int = DEFAULT_MAX_CHUNKS,
     fix_imports: bool = True,
@@ -306,10 +307,12 @@ def open_npz(
         Allow object-array members (pickles; unpickling runs code from the file).
     max_header_size : int
         Largest npy header accepted in a member.
-    index_cache : str, optional
-        A local directory where deflate checkpoint indexes are kept, keyed by the object's
-        identity (URL, size, ETag/mtime) and the member: later sessions and other processes
-        (e.g. dask workers on the same machine) reuse them instead of re-reading the member.
+    index_cache : str, bool or None
+        Where deflate checkpoint indexes are kept, keyed by the object's identity (URL,
+        size, ETag/mtime) and the member: later sessions and other processes (e.g. dask
+        workers on the same machine) reuse them instead of re-reading the member. Default
+        (None): ``NPYSTORE_INDEX_CACHE`` if set, else ``~/.cache/npystore/deflate-index``
+        (``$XDG_CACHE_HOME``), kept under 256 MiB; a directory; or False for none.
     max_members : int
         Most members the archive may declare (default 1,000,000). The count in the end
         record (ZIP64: up to 2**64 - 1) is checked before the central directory is read.
@@ -367,7 +370,7 @@ def npz_from_reader(
     chunks: Any = "auto",
     allow_pickle: bool = False,
     max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
-    index_cache: str | None = None,
+    index_cache: IndexCacheOption = None,
     max_members: int = DEFAULT_MAX_MEMBERS,
     max_chunks: int = DEFAULT_MAX_CHUNKS,
     fix_imports: bool = True,

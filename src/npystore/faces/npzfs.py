@@ -44,6 +44,7 @@ from fsspec.spec import AbstractBufferedFile
 
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader, open_reader
+from npystore.fetch.cache import IndexCacheOption
 from npystore.files.zip import MemberInfo, ZipArchive, deflated_member
 from npystore.read.crccheck import CrcLedger
 from npystore.read.inflate import build_or_load_index
@@ -82,10 +83,10 @@ class NpzFileSystem(AbstractArchiveFileSystem):  # type: ignore[misc]
         The archive's filesystem protocol (``"s3"``, ``"file"``, ...).
     target_options : mapping, optional
         Options of the archive's filesystem (fsspec's ``storage_options``).
-    index_cache : str, optional
+    index_cache : str, bool or None
         Local directory of deflate checkpoint indexes (shared with
-        :func:`npystore.open_npz`): an index found there serves seeks in deflated members;
-        :meth:`build_index` stores the indexes it builds there.
+        :func:`npystore.open_npz`, the same default): an index found there serves seeks in
+        deflated members; :meth:`build_index` stores the indexes it builds there.
     default_block_size : int, optional
         Largest read-ahead of files opened without ``block_size`` (default 8 MiB).
     default_cache_type : str, optional
@@ -115,7 +116,7 @@ class NpzFileSystem(AbstractArchiveFileSystem):  # type: ignore[misc]
         *,
         target_protocol: str | None = None,
         target_options: dict[str, Any] | None = None,
-        index_cache: str | None = None,
+        index_cache: IndexCacheOption = None,
         default_block_size: int | None = None,
         default_cache_type: str | None = None,
         **kwargs: Any,
@@ -132,7 +133,6 @@ class NpzFileSystem(AbstractArchiveFileSystem):  # type: ignore[misc]
             raise ValueError("npz:// needs the archive: fo='s3://bucket/a.npz' or a chained URL")
         url = fo if not target_protocol or split_protocol(fo)[0] else f"{target_protocol}://{fo}"
         self.fo = fo
-        self.index_cache = index_cache
         self.reader: RangeReader = open_reader(url, target_options)
         self.url = self.reader.url
         if self.reader.size < 22:
@@ -140,6 +140,8 @@ class NpzFileSystem(AbstractArchiveFileSystem):  # type: ignore[misc]
                 f"{self.url}: {self.reader.size} bytes is too short for a ZIP archive"
             )
         self.archive = ZipArchive(self.reader, index_cache=index_cache)
+        #: The resolved cache directory (None: no cache).
+        self.index_cache = self.archive.index_cache
         self.dir_cache: dict[str, dict[str, Any]] | None = None
 
     @classmethod

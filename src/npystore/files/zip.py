@@ -20,6 +20,7 @@ from typing import Any, Final, TypeVar
 
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader
+from npystore.fetch.cache import IndexCacheOption, resolve_cache_dir
 from npystore.formats import deflate, npy, zipdir
 from npystore.formats.need import NeedMoreBytes
 from npystore.formats.shapes import check_shape
@@ -134,8 +135,10 @@ class ZipArchive:
         Reader of the archive.
     max_header_size : int
         Largest npy header accepted in a member.
-    index_cache : str, optional
-        Local directory where deflate indexes are kept across processes and sessions.
+    index_cache : str, bool or None
+        Local directory where deflate indexes are kept across processes and sessions
+        (None or True: the default one, see :func:`npystore.fetch.cache.resolve_cache_dir`;
+        False: none).
     max_members : int
         Most members the archive may declare. The count in the end record is checked
         before the central directory is read.
@@ -160,13 +163,13 @@ class ZipArchive:
         reader: RangeReader,
         *,
         max_header_size: int = npy.DEFAULT_MAX_HEADER_SIZE,
-        index_cache: str | None = None,
+        index_cache: IndexCacheOption = None,
         max_members: int = DEFAULT_MAX_MEMBERS,
     ) -> None:
         if max_members < 0:
             raise ValueError(f"max_members must be >= 0, got {max_members}")
         self.reader = reader
-        self.index_cache = index_cache
+        self.index_cache = resolve_cache_dir(index_cache)
         self.url = reader.url
         self.max_header_size = max_header_size
         size = reader.size

@@ -20,6 +20,7 @@ from npystore.faces.xarray.array import NpystoreBackendArray, VariableMaker, pre
 from npystore.faces.xarray.mat import MatVariables
 from npystore.faces.xarray.names import NPY_VARIABLE, check_dims, default_dims
 from npystore.fetch import RangeReader
+from npystore.fetch.cache import IndexCacheOption
 from npystore.files.npy import open_layout_array
 from npystore.files.open import sniff_source
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
@@ -66,7 +67,7 @@ class OpenedFile:
         url: str,
         storage_options: Mapping[str, Any] | None,
         allow_pickle: bool,
-        index_cache: str | None,
+        index_cache: IndexCacheOption,
         squeeze: bool,
     ) -> OpenedFile:
         """Sniff and open the file at ``url`` (headers and metadata only).
@@ -79,8 +80,8 @@ class OpenedFile:
             fsspec filesystem options.
         allow_pickle : bool
             Allow object arrays.
-        index_cache : str, optional
-            ``.npz`` only: local directory for deflate checkpoint indexes.
+        index_cache : str, bool or None
+            ``.npz`` only: where deflate checkpoint indexes are kept (False: nowhere).
         squeeze : bool
             MAT-files only: drop length-1 dimensions.
 

@@ -17,6 +17,7 @@ from xarray.backends import BackendEntrypoint
 
 from npystore.faces.xarray.datasets import OpenedFile
 from npystore.faces.xarray.names import drop_set
+from npystore.fetch.cache import IndexCacheOption
 from npystore.files.open import is_npy_or_matlab
 
 __all__ = ["EXTENSIONS", "NpystoreBackendEntrypoint"]
@@ -70,7 +71,7 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         dims: Mapping[str, Sequence[str]] | None = None,
         squeeze: bool = False,
         allow_pickle: bool = False,
-        index_cache: str | None = None,
+        index_cache: IndexCacheOption = None,
         mask_and_scale: Any = None,
         decode_times: Any = None,
         decode_timedelta: Any = None,
@@ -100,9 +101,9 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
             sizes are at least 2-D).
         allow_pickle : bool
             Allow object arrays (stored as pickles; unpickling runs code from the file).
-        index_cache : str, optional
-            ``.npz`` only: local directory for deflate checkpoint indexes (see
-            :func:`npystore.open_npz`).
+        index_cache : str, bool or None
+            ``.npz`` only: where deflate checkpoint indexes are kept (see
+            :func:`npystore.open_npz`; False: nowhere).
         mask_and_scale, decode_times, decode_timedelta, use_cftime, concat_characters, decode_coords
             xarray's CF decoding options: accepted and ignored (the files carry no CF
             metadata).
@@ -141,7 +142,7 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         dims: Mapping[str, Sequence[str]] | None = None,
         squeeze: bool = False,
         allow_pickle: bool = False,
-        index_cache: str | None = None,
+        index_cache: IndexCacheOption = None,
         **decoders: Any,
     ) -> dict[str, xr.Dataset]:
         """Every group of the file: ``"/"``, and one per scalar struct of a MAT-file or
