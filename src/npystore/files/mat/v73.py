@@ -16,9 +16,9 @@ user-defined links, external storage and virtual datasets are refused
 >>> with h5py.File(path, "w", userblock_size=512) as f:
 ...     d = f.create_dataset("x", data=np.arange(6.0).reshape(3, 2))
 ...     d.attrs["MATLAB_class"] = np.bytes_("double")
->>> header = b"MATLAB 7.3 MAT-file, Platform: GLNXA64, HDF5 schema 1.00 ."
+>>> from npystore.formats.mat5 import v73_header
 >>> with open(path, "r+b") as f:  # MATLAB's 128-byte header at the start of the user block
-...     n = f.write(header.ljust(116) + bytes(8) + b"\\x00\\x02IM")
+...     n = f.write(v73_header())
 >>> m = Mat73File(npystore.fetch.open_reader(path))
 >>> m.infos()["x"].dims
 (2, 3)

@@ -136,6 +136,21 @@ def plain_hdf5_refused(source: str) -> str:
     )
 
 
+def v73_header(text: str = "MATLAB 7.3 MAT-file, HDF5 schema 1.00 .") -> bytes:
+    """The 128-byte header MATLAB writes at the start of a v7.3 file's 512-byte user block:
+    ``text`` (ASCII, padded with spaces to 116 bytes), 8 bytes of subsystem offset (zeros),
+    version 0x0200 and the ``IM`` endian indicator (little-endian).
+
+    >>> h = v73_header()
+    >>> len(h), is_v73(h)
+    (128, True)
+    """
+    raw = text.encode("ascii")
+    if len(raw) > 116:
+        raise ValueError(f"MAT header text of {len(raw)} bytes, at most 116")
+    return raw.ljust(116) + bytes(8) + (0x0200).to_bytes(2, "little") + b"IM"
+
+
 def is_v73(prefix: _Bytes) -> bool:
     """Whether the first 128 bytes are the header of a v7.3 (HDF5) MAT-file.
 
