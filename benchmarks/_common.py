@@ -6,7 +6,7 @@ import gc
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,8 @@ class Row:
     note: str = ""
     #: A target on npystore's own median, in ``ours.unit`` (used instead of ``target``).
     absolute_target: float | None = None
+    #: The section of RESULTS.md the row belongs to (``run.py``'s ``render``).
+    section: str = "main"
 
     @property
     def ratio(self) -> float:
@@ -84,6 +86,16 @@ def _interleaved(
         b += _time(anchor, 1)
         a += _time(ours, 1)
     return a, b
+
+
+def rounds(fns: Mapping[str, Callable[[], Any]], repeat: int) -> dict[str, list[float]]:
+    """Time each of ``fns`` ``repeat`` times, one run of each in turn (as
+    :func:`_interleaved` does for two)."""
+    out: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            out[name] += _time(fn, 1)
+    return out
 
 
 def _write_npy(path: Path, nbytes: int) -> None:

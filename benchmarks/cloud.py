@@ -1,0 +1,546 @@
+"""Benchmarks under a cloud object store model: 30 ms to first byte, 40 MiB/s per connection.
+
+The other remote rows (``remote.py``, ``mat73-s3``) add latency only: on loopback one
+connection moves hundreds of MB/s, so reading with one stream costs almost nothing more
+than reading with sixteen. A cloud store serves each TCP connection at tens of MiB/s (S3:
+roughly 40-90 MiB/s), and a client that wants more opens more connections. Here the S3
+server (``rclone serve s3`` on loopback) sits behind ``_proxy.py``, which delays each
+request by 30 ms and paces each connection's responses to 40 MiB/s; clients are in steady
+state (one s3fs filesystem per endpoint, created once and warmed up, as fsspec caches it;
+npystore's own clients likewise). Each scenario times npystore and its anchors in one loop,
+one run of each in turn (``rounds``), so drift hits all alike.
+
+- ``cloud-npy``: a 128 MiB ``.npy`` read whole: ``npystore.load(url)`` vs s3fs ``open`` +
+  ``numpy.load`` (what users do today), and vs the ceiling of the link: the whole object in
+  16 concurrent ranges (8 MiB each) through s3fs ``cat_ranges``, no parsing.
+- ``cloud-mat73``: a 4000 x 4000 double matrix saved by ``hdf5storage.savemat`` (its
+  defaults: chunked, gzip 7, shuffle, Fletcher-32), ``open_mat(url).load("x")`` and
+  ``open_mat(url)["x"].compute()`` vs ``h5py.File(s3fs file)``. Without hdf5storage the file
+  is written as MATLAB writes it (``cloud-mat73-matlab`` always is: 512-byte userblock,
+  MATLAB's header, gzip 3, chunks of at most 64 KiB; see ``mat.py``).
+- ``cloud-npz``: a 128 MiB float64 member deflated about 8.5x (``np.savez_compressed`` of
+  rounded values, each repeated three times): ``open_npz(url, chunks=n // 16)["x"]
+  .compute()`` and ``npystore.load(url)["x"]`` vs s3fs ``open`` + ``numpy.load``; the bytes
+  the dask compute moved (counted by the proxy) against the compressed size.
+- ``cloud-sweep``: the ``.npy`` full read and the deflated member's dask compute (npystore
+  vs s3fs + ``numpy.load``) at 10, 20, 40 and 100 MiB/s per connection (30 ms) and at 5, 30
+  and 80 ms (40 MiB/s); plotted to ``docs/img/cloud-bandwidth.png`` and
+  ``docs/img/cloud-latency.png``, numbers in ``docs/img/cloud-sweep.json``.
+
+Run through ``benchmarks/run.py`` (``--only cloud`` runs all four; ``--quick`` uses small
+sizes); the rows go to their own section of ``benchmarks/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import npystore
+from _common import Row, Timing, _write_npy, rounds
+
+#: The model: seconds to first byte of each request, MiB/s of each connection.
+DELAY = 0.030
+BANDWIDTH = 40.0
+#: The sweep: bandwidths at ``DELAY``, delays at ``BANDWIDTH``.
+SWEEP_BANDWIDTHS = (10.0, 20.0, 40.0, 100.0)
+SWEEP_DELAYS = (0.005, 0.030, 0.080)
+#: Concurrent ranges of the ``cat_ranges`` ceiling, and dask chunks of the npz compute.
+RANGES = 16
+NPZ_CHUNKS = 16
+BUCKET = "bench"
+MEMBER = "x"
+HERE = Path(__file__).resolve().parent
+DOCS_IMG = HERE.parent / "docs" / "img"
+
+#: RESULTS.md sections of this module's rows (see ``run.py``'s ``render``).
+SECTION = "cloud"
+SWEEP_SECTION = "cloud-sweep"
+TITLE = f"Cloud model ({DELAY * 1000:.0f} ms, {BANDWIDTH:.0f} MiB/s per connection)"
+
+
+@dataclass
+class Cloud:
+    """A running model: the timed filesystem (through the proxy) and the proxy."""
+
+    fs: Any
+    opts: dict[str, Any]
+    proxy: Any  # _proxy.ShapingProxy
+
+    def moved(self, fn: Callable[[], Any]) -> tuple[int, int]:
+        """Run ``fn`` once; the (requests, response bytes) it cost, as the proxy saw them."""
+        before = self.proxy.stats()
+        fn()
+        after = self.proxy.stats()
+        return (
+            after["requests"] - before["requests"],
+            after["response_bytes"] - before["response_bytes"],
+        )
+
+
+@contextmanager
+def cloud(workdir: Path, files: dict[str, Path]) -> Iterator[Cloud]:
+    """rclone behind the shaping proxy (the model) with ``files`` (key -> local path)
+    uploaded at full speed; yields the timed filesystem, its options and the proxy."""
+    import fsspec
+
+    from _s3 import s3_cloud
+
+    (workdir / "s3" / BUCKET).mkdir(parents=True, exist_ok=True)
+    with s3_cloud(workdir / "s3", DELAY, BANDWIDTH) as (direct, opts, proxy):
+        up = fsspec.filesystem("s3", **direct)
+        for key, path in files.items():
+            remote_key = f"{BUCKET}/{key}"
+            if not up.exists(remote_key) or up.size(remote_key) != path.stat().st_size:
+                up.put_file(str(path), remote_key)
+        yield Cloud(fsspec.filesystem("s3", **opts), opts, proxy)
+
+
+def _load_avg() -> str:
+    one, five, _ = os.getloadavg()
+    return f"{one:.1f}/{five:.1f}"
+
+
+# -- .npy full read ----------------------------------------------------------------------
+
+
+def _npy_fns(c: Cloud, key: str, size: int) -> dict[str, Callable[[], Any]]:
+    url = f"s3://{BUCKET}/{key}"
+    part = -(-size // RANGES)
+
+    def ours() -> Any:
+        return npystore.load(url, storage_options=c.opts)
+
+    def anchor() -> Any:
+        with c.fs.open(f"{BUCKET}/{key}", "rb") as f:
+            return np.load(f)
+
+    def ceiling() -> Any:
+        starts = list(range(0, size, part))
+        ends = [min(s + part, size) for s in starts]
+        return c.fs.cat_ranges([f"{BUCKET}/{key}"] * len(starts), starts, ends)
+
+    return {"npystore": ours, "anchor": anchor, "ceiling": ceiling}
+
+
+def bench_cloud_npy(workdir: Path, size: int, repeat: int) -> list[Row]:
+    path = workdir / f"cloud-{size >> 20}MiB.npy"
+    _write_npy(path, size)
+    want = np.load(path)
+    load = _load_avg()
+    with cloud(workdir, {path.name: path}) as c:
+        fns = _npy_fns(c, path.name, path.stat().st_size)
+        for name in ("npystore", "anchor"):  # warm-up and check
+            if not np.array_equal(fns[name](), want):
+                raise SystemExit(f"cloud-npy: {name} read different values")
+        fns["ceiling"]()
+        del want
+        requests, moved = c.moved(fns["npystore"])
+        t = rounds(fns, repeat)
+    mib = size / 2**20
+    ours = Timing("npystore.load", t["npystore"])
+    return [
+        Row(
+            scenario=f"cloud .npy full read, {mib:.0f} MiB: npystore.load vs s3fs open + "
+            "numpy.load",
+            ours=ours,
+            anchor=Timing("numpy.load(fs.open())", t["anchor"]),
+            target=0.2,
+            note="s3fs file defaults (50 MiB blocks, 'readahead': one connection at a time); "
+            f"npystore: {requests} requests, {moved / 2**20:.0f} MiB moved; load average "
+            f"{load} -> {_load_avg()}",
+            section=SECTION,
+        ),
+        Row(
+            scenario=f"cloud .npy full read, {mib:.0f} MiB: npystore.load vs the link's "
+            f"ceiling ({RANGES} concurrent ranges through s3fs cat_ranges)",
+            ours=ours,
+            anchor=Timing("fs.cat_ranges", t["ceiling"]),
+            target=1.1,
+            note=f"cat_ranges: the whole object in {RANGES} concurrent ranges of "
+            f"{size / RANGES / 2**20:.0f} MiB, bytes only (no header, no array); nominal "
+            f"{RANGES} x {BANDWIDTH:.0f} MiB/s, but the server, the proxy and the client share "
+            "2 cores",
+            section=SECTION,
+        ),
+    ]
+
+
+# -- MATLAB v7.3 -------------------------------------------------------------------------
+
+
+def _side(size: int) -> int:
+    """The matrix side for ``size`` bytes of doubles, rounded to hundreds (122 MiB: 4000)."""
+    return max(100, round(math.sqrt(size / 8) / 100) * 100)
+
+
+def _mat_file(workdir: Path, size: int, writer: str) -> tuple[Path, np.ndarray[Any, Any], str]:
+    """A v7.3 MAT-file of one double matrix ``x``; ``writer``: ``hdf5storage`` (falls back
+    to ``matlab`` without it) or ``matlab`` (``mat.py``'s layout). Returns the path, the
+    value and a description of the layout."""
+    from mat import matrix, write_matlab_v73
+
+    n = _side(size)
+    value = matrix(n * n * 8)
+    if writer == "hdf5storage":
+        try:
+            import hdf5storage
+        except ImportError:
+            writer = "matlab"
+    path = workdir / f"cloud-{writer}-{n}.mat"
+    if not path.exists():
+        tmp = path.with_name(path.stem + ".partial.mat")  # hdf5storage wants .mat
+        if writer == "hdf5storage":
+            hdf5storage.savemat(str(tmp), {MEMBER: value}, format="7.3")
+        else:
+            write_matlab_v73(tmp, MEMBER, value)
+        tmp.replace(path)
+    import h5py
+
+    with h5py.File(path, "r") as h:
+        d = h[MEMBER]
+        filters = [f"gzip {d.compression_opts}"] + ["shuffle"] * d.shuffle
+        filters += ["Fletcher-32"] * d.fletcher32
+        layout = (
+            f"{writer}: {n} x {n} double, file {path.stat().st_size / 1e6:.0f} MB, chunks "
+            f"{d.chunks} ({math.prod(d.chunks) * 8 / 1024:.0f} KiB), {', '.join(filters)}"
+        )
+    return path, value, layout
+
+
+def _bench_mat(workdir: Path, size: int, repeat: int, writer: str) -> list[Row]:
+    import h5py
+
+    path, value, layout = _mat_file(workdir, size, writer)
+    load = _load_avg()
+    with cloud(workdir, {path.name: path}) as c:
+        url = f"s3://{BUCKET}/{path.name}"
+
+        def eager() -> Any:
+            return npystore.open_mat(url, storage_options=c.opts).load(MEMBER)
+
+        def dask_compute() -> Any:
+            return npystore.open_mat(url, storage_options=c.opts)[MEMBER].compute()
+
+        def anchor() -> Any:
+            with c.fs.open(f"{BUCKET}/{path.name}", "rb") as f, h5py.File(f, "r") as h:
+                return h[MEMBER][()].T
+
+        fns = {"anchor": anchor, "load": eager, "compute": dask_compute}
+        for name, fn in fns.items():  # warm-up and check
+            if not np.array_equal(fn(), value):
+                raise SystemExit(f"cloud-mat73: {name} read different values")
+        requests, moved = c.moved(eager)
+        t = rounds(fns, repeat)
+    h5 = Timing("h5py.File(fs.open())", t["anchor"])
+    what = f"cloud MAT v7.3 ({layout.split(':')[0]}), {value.nbytes / 1e6:.0f} MB variable"
+    note = (
+        f"{layout}; s3fs file defaults (50 MiB blocks, 'readahead'); load: {requests} "
+        f"requests, {moved / 1e6:.0f} MB moved; load average {load} -> {_load_avg()}"
+    )
+    return [
+        Row(
+            scenario=f"{what}: open_mat(url).load vs h5py over s3fs",
+            ours=Timing('open_mat().load("x")', t["load"]),
+            anchor=h5,
+            target=0.35,
+            note=note,
+            section=SECTION,
+        ),
+        Row(
+            scenario=f'{what}: open_mat(url)["x"].compute() vs h5py over s3fs',
+            ours=Timing('open_mat()["x"].compute()', t["compute"]),
+            anchor=h5,
+            target=0.35,
+            note="the same file, through dask (default chunks)",
+            section=SECTION,
+        ),
+    ]
+
+
+def bench_cloud_mat73(workdir: Path, size: int, repeat: int) -> list[Row]:
+    return _bench_mat(workdir, size, repeat, "hdf5storage")
+
+
+def bench_cloud_mat73_matlab(workdir: Path, size: int, repeat: int) -> list[Row]:
+    return _bench_mat(workdir, size, repeat, "matlab")
+
+
+# -- deflated .npz member ----------------------------------------------------------------
+
+
+def _npz_file(workdir: Path, size: int) -> tuple[Path, dict[str, Any]]:
+    """``np.savez_compressed`` of one float64 member of ``size`` bytes: normal values
+    rounded to 2 decimals, each repeated 3 times (deflates about 8.5x)."""
+    n = size // 8
+    path = workdir / f"cloud-deflated-{size >> 20}MiB.npz"
+    meta_path = path.with_suffix(".json")
+    if not (path.exists() and meta_path.exists()):
+        rng = np.random.default_rng(11)
+        value = np.repeat(np.round(rng.standard_normal(-(-n // 3)), 2), 3)[:n]
+        tmp = path.with_name(path.name + ".partial.npz")
+        np.savez_compressed(tmp, **{MEMBER: value})
+        tmp.replace(path)
+        import zipfile
+
+        with zipfile.ZipFile(path) as zf:
+            info = zf.getinfo(MEMBER + ".npy")
+        meta = {"n": n, "member_size": info.file_size, "compressed_size": info.compress_size}
+        meta_path.write_text(json.dumps(meta) + "\n")
+    out: dict[str, Any] = json.loads(meta_path.read_text())
+    return path, out
+
+
+def _npz_fns(c: Cloud, key: str, n: int) -> dict[str, Callable[[], Any]]:
+    url = f"s3://{BUCKET}/{key}"
+
+    def compute() -> Any:
+        z = npystore.open_npz(url, chunks=-(-n // NPZ_CHUNKS), storage_options=c.opts)
+        return z[MEMBER].compute()
+
+    def eager() -> Any:
+        with npystore.load(url, storage_options=c.opts) as z:
+            return z[MEMBER]
+
+    def anchor() -> Any:
+        with c.fs.open(f"{BUCKET}/{key}", "rb") as f, np.load(f) as z:
+            return z[MEMBER]
+
+    return {"anchor": anchor, "compute": compute, "load": eager}
+
+
+def bench_cloud_npz(workdir: Path, size: int, repeat: int) -> list[Row]:
+    path, meta = _npz_file(workdir, size)
+    with np.load(path) as z:
+        want = z[MEMBER]
+    load = _load_avg()
+    with cloud(workdir, {path.name: path}) as c:
+        fns = _npz_fns(c, path.name, meta["n"])
+        first = c.moved(fns["compute"])  # a fresh process's first compute
+        for name, fn in fns.items():  # warm-up and check
+            if not np.array_equal(fn(), want):
+                raise SystemExit(f"cloud-npz: {name} read different values")
+        del want
+        later = c.moved(fns["compute"])
+        eager = c.moved(fns["load"])
+        t = rounds(fns, repeat)
+    packed = meta["compressed_size"]
+    anchor = Timing('numpy.load(fs.open())["x"]', t["anchor"])
+    what = (
+        f"cloud deflated .npz member, {meta['member_size'] / 2**20:.0f} MiB "
+        f"({packed / 2**20:.1f} MiB deflated, {meta['member_size'] / packed:.1f}x)"
+    )
+
+    def cost(m: tuple[int, int]) -> str:
+        return f"{m[0]} requests, {m[1] / packed:.2f}x the compressed size"
+
+    return [
+        Row(
+            scenario=f'{what}: open_npz(url)["x"].compute() ({NPZ_CHUNKS} chunks) vs s3fs '
+            "open + numpy.load",
+            ours=Timing(f'open_npz()["x"].compute(), {NPZ_CHUNKS} chunks', t["compute"]),
+            anchor=anchor,
+            target=0.5,
+            note=f"a fresh open_npz per run; moved by the compute: first in the process "
+            f"{cost(first)}, later {cost(later)} (response bytes counted by the proxy, headers "
+            f"included); load average {load} -> {_load_avg()}",
+            section=SECTION,
+        ),
+        Row(
+            scenario=f'{what}: npystore.load(url)["x"] vs s3fs open + numpy.load',
+            ours=Timing('npystore.load()["x"]', t["load"]),
+            anchor=anchor,
+            target=0.5,
+            note=f"moved: {cost(eager)}",
+            section=SECTION,
+        ),
+    ]
+
+
+# -- sweep -------------------------------------------------------------------------------
+
+
+def _setting(delay: float, bandwidth: float) -> str:
+    return f"{bandwidth:.0f} MiB/s, {delay * 1000:.0f} ms"
+
+
+def bench_cloud_sweep(workdir: Path, size: int, repeat: int) -> list[Row]:
+    """The .npy full read and the deflated member's compute at each setting of the sweep;
+    rows for the table, the numbers and the plots in ``docs/img``."""
+    npy = workdir / f"cloud-{size >> 20}MiB.npy"
+    _write_npy(npy, size)
+    npz, meta = _npz_file(workdir, size)
+    settings = sorted(
+        {(DELAY, b) for b in SWEEP_BANDWIDTHS} | {(d, BANDWIDTH) for d in SWEEP_DELAYS}
+    )
+    reps = min(repeat, 3)
+    points: list[dict[str, Any]] = []
+    rows: list[Row] = []
+    with cloud(workdir, {npy.name: npy, npz.name: npz}) as c:
+        npy_fns = _npy_fns(c, npy.name, npy.stat().st_size)
+        npz_fns = _npz_fns(c, npz.name, meta["n"])
+        fns = {
+            "npy npystore": npy_fns["npystore"],
+            "npy anchor": npy_fns["anchor"],
+            "npy ceiling": npy_fns["ceiling"],
+            "npz npystore": npz_fns["compute"],
+            "npz anchor": npz_fns["anchor"],
+        }
+        t0 = time.perf_counter()
+        for fn in fns.values():  # warm-up (pools, connections)
+            fn()
+        print(f"[cloud-sweep] warm-up {time.perf_counter() - t0:.0f} s", flush=True)
+        for delay, bandwidth in settings:
+            c.proxy.set(delay, bandwidth)
+            t0 = time.perf_counter()
+            t = rounds(fns, reps)
+            point = {"delay": delay, "bandwidth": bandwidth, "load_avg": _load_avg()}
+            point |= {name: statistics.median(v) for name, v in t.items()}
+            points.append(point)
+            took = time.perf_counter() - t0
+            print(f"[cloud-sweep] {_setting(delay, bandwidth)} ({took:.0f} s): {point}", flush=True)
+            here = _setting(delay, bandwidth)
+            rows += [
+                Row(
+                    scenario=f"{here}: .npy {size / 2**20:.0f} MiB full read",
+                    ours=Timing("npystore.load", t["npy npystore"]),
+                    anchor=Timing("numpy.load(fs.open())", t["npy anchor"]),
+                    target=None,
+                    note=f"ceiling (cat_ranges, {RANGES} ranges) "
+                    f"{Timing('', t['npy ceiling']).cell()}",
+                    section=SWEEP_SECTION,
+                ),
+                Row(
+                    scenario=f"{here}: deflated member {meta['member_size'] / 2**20:.0f} MiB "
+                    f"({meta['member_size'] / meta['compressed_size']:.1f}x), compute",
+                    ours=Timing(
+                        f'open_npz()["x"].compute(), {NPZ_CHUNKS} chunks', t["npz npystore"]
+                    ),
+                    anchor=Timing('numpy.load(fs.open())["x"]', t["npz anchor"]),
+                    target=None,
+                    section=SWEEP_SECTION,
+                ),
+            ]
+        c.proxy.set(DELAY, BANDWIDTH)
+    sweep = {
+        "npy_mib": size / 2**20,
+        "npz_member_mib": meta["member_size"] / 2**20,
+        "npz_compressed_mib": meta["compressed_size"] / 2**20,
+        "repeat": reps,
+        "points": points,
+    }
+    DOCS_IMG.mkdir(parents=True, exist_ok=True)
+    (DOCS_IMG / "cloud-sweep.json").write_text(json.dumps(sweep, indent=1) + "\n")
+    plot(sweep, DOCS_IMG)
+    return rows
+
+
+def plot(sweep: dict[str, Any], dest: Path) -> None:
+    """``cloud-bandwidth.png`` and ``cloud-latency.png`` from the sweep's numbers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    lines = [
+        ("npy npystore", "o-", "C0", f".npy {sweep['npy_mib']:.0f} MiB: npystore.load"),
+        ("npy anchor", "s--", "C0", ".npy: s3fs open + numpy.load"),
+        ("npy ceiling", ":", "C0", f".npy: cat_ranges ({RANGES} ranges, bytes only)"),
+        ("npz npystore", "^-", "C1", f'.npz member {sweep["npz_member_mib"]:.0f} MiB: '
+         f"open_npz()[k].compute()"),
+        ("npz anchor", "v--", "C1", ".npz: s3fs open + numpy.load"),
+    ]  # fmt: skip
+    for axis, fixed, name, xlabel in (
+        ("bandwidth", ("delay", DELAY), "cloud-bandwidth.png", "bandwidth per connection (MiB/s)"),
+        ("delay", ("bandwidth", BANDWIDTH), "cloud-latency.png", "delay to first byte (ms)"),
+    ):
+        pts = sorted(
+            (p for p in sweep["points"] if math.isclose(p[fixed[0]], fixed[1])),
+            key=lambda p: p[axis],
+        )
+        xs = [p[axis] * (1000 if axis == "delay" else 1) for p in pts]
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for key, style, color, label in lines:
+            ax.plot(xs, [p[key] for p in pts], style, color=color, label=label)
+        if axis == "bandwidth":
+            ax.set_xscale("log")
+            ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"seconds (median of {sweep['repeat']})")
+        held = (
+            f"{fixed[1] * 1000:.0f} ms to first byte"
+            if fixed[0] == "delay"
+            else f"{fixed[1]:.0f} MiB/s per connection"
+        )
+        ax.set_title(f"Cloud model, {held} (loopback S3 + shaping proxy, 2 cores)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="best", framealpha=0.8)
+        fig.tight_layout()
+        fig.savefig(dest / name, dpi=110)
+        plt.close(fig)
+
+
+# -- RESULTS.md --------------------------------------------------------------------------
+
+
+def section_intro(section: str, quick: bool, machine: str, versions: str) -> list[str]:
+    """The heading and the text above the table of a section of this module."""
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    run = "`benchmarks/run.py" + (" --quick" if quick else "") + "`"
+    if section == SECTION:
+        return [
+            f"## {TITLE}",
+            "",
+            f"Generated by {run} on {stamp}. The model is a loopback S3 server (`rclone serve "
+            "s3`) behind a shaping proxy (`benchmarks/_proxy.py`, its own process) on one "
+            f"machine: {machine} ({versions}). {DELAY * 1000:.0f} ms before each request is "
+            "forwarded, "
+            f"then each connection's response paced to {BANDWIDTH:.0f} MiB/s (a token bucket "
+            "per connection, spliced in pieces of at most 256 KiB). Server, proxy and client "
+            "share the 2 cores, so many concurrent connections reach the machine's loopback "
+            "limit (measured unshaped: 16 concurrent 8 MiB ranges at 400-550 MiB/s with curl, "
+            "180-390 MiB/s with s3fs) before 16 x 40 MiB/s. Clients in steady state: one s3fs "
+            "filesystem per endpoint, warmed up before timing. npystore and its anchors are "
+            "timed one run of each in turn; median (min..max) seconds. The load average "
+            "(1 min/5 min) before and after each scenario is in its note: other sessions' "
+            "work may share the machine (see the findings below).",
+            "",
+        ]
+    if section == SWEEP_SECTION:
+        return [
+            "### Sweep: per-connection bandwidth and latency",
+            "",
+            f"Generated by {run} on {stamp}. The same model with one knob turned: bandwidth "
+            f"per connection at {DELAY * 1000:.0f} ms, delay at {BANDWIDTH:.0f} MiB/s (the "
+            "proxy's settings change between points; the filesystems and their connections "
+            "stay). Numbers in `docs/img/cloud-sweep.json`.",
+            "",
+            "![time vs bandwidth per connection](../docs/img/cloud-bandwidth.png)",
+            "![time vs latency](../docs/img/cloud-latency.png)",
+            "",
+        ]
+    raise ValueError(f"unknown section {section!r}")
+
+
+#: name -> (benchmark, size in MiB of the full run, size in MiB with --quick)
+SCENARIOS: dict[str, tuple[Callable[[Path, int, int], Row | list[Row]], int, int]] = {
+    "cloud-npy": (bench_cloud_npy, 128, 16),
+    "cloud-mat73": (bench_cloud_mat73, 122, 4),
+    "cloud-mat73-matlab": (bench_cloud_mat73_matlab, 122, 4),
+    "cloud-npz": (bench_cloud_npz, 128, 16),
+    "cloud-sweep": (bench_cloud_sweep, 128, 8),
+}
