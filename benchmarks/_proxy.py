@@ -254,9 +254,11 @@ def shaping_proxy(endpoint: str, delay: float, bandwidth: float) -> Iterator[Sha
 
 
 @contextlib.contextmanager
-def latency_proxy(endpoint: str, delay: float) -> Iterator[str]:
-    """Run a delay-only proxy (no bandwidth limit) in front of ``endpoint``; yields its URL."""
-    with shaping_proxy(endpoint, delay, 0.0) as proxy:
+def latency_proxy(endpoint: str, delay: float, rate: float = 0.0) -> Iterator[str]:
+    """Run the proxy in front of ``endpoint`` with ``delay`` seconds per request and, if
+    ``rate`` is given, each connection's responses paced to ``rate`` bytes per second;
+    yields its URL."""
+    with shaping_proxy(endpoint, delay, rate / 2**20) as proxy:
         yield proxy.url
 
 

@@ -86,15 +86,18 @@ def storage_options(endpoint: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def s3_with_latency(root: Path, delay: float) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """An S3 server over ``root`` and a proxy adding ``delay`` seconds per request.
+def s3_with_latency(
+    root: Path, delay: float, rate: float = 0
+) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """An S3 server over ``root`` and a proxy adding ``delay`` seconds per request (and
+    pacing each connection's responses to ``rate`` bytes per second, if given).
 
     Yields ``(direct, slow)`` s3fs storage options: ``direct`` talks to the server,
     ``slow`` goes through the proxy.
     """
     from _proxy import latency_proxy
 
-    with rclone_s3(root) as endpoint, latency_proxy(endpoint, delay) as slow:
+    with rclone_s3(root) as endpoint, latency_proxy(endpoint, delay, rate) as slow:
         yield storage_options(endpoint), storage_options(slow)
 
 

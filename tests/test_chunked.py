@@ -4,7 +4,10 @@ direct reads, fill values and malformed grids (HDF5 files are in test_hdf5.py)."
 from __future__ import annotations
 
 import math
+import threading
+import time
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,6 +39,10 @@ class CountingReader(RangeReader):
     def readinto_many(self, requests: Any, *, parallel: bool = False) -> None:
         self.into.append([(s, s + v.nbytes) for s, v in requests])
         super().readinto_many(requests, parallel=parallel)
+
+    def start_readinto(self, requests: Any, *, parallel: bool = False) -> Future[None]:
+        self.into.append([(s, s + v.nbytes) for s, v in requests])
+        return super().start_readinto(requests, parallel=parallel)
 
 
 def build(
@@ -299,3 +306,59 @@ def test_batches_are_read_ahead_while_earlier_ones_decode(
     np.testing.assert_array_equal(got, data)
     assert len(reader.into) > 4  # several batches, each ranges cut to the batch size
     assert all(b - a <= 2000 for r in reader.into for a, b in r)
+
+
+class SlowRemoteReader(CountingReader):
+    """A local file read as if remote: each batch waits a round trip; concurrency counted."""
+
+    def __init__(self, base: RangeReader, pool: ThreadPoolExecutor) -> None:
+        super().__init__(base)
+        self.local = False
+        self.max_gap = 0
+        self.pool = pool
+        self.busy = 0
+        self.most = 0
+        self.lock = threading.Lock()
+
+    def start_readinto(self, requests: Any, *, parallel: bool = False) -> Future[None]:
+        self.into.append([(s, s + v.nbytes) for s, v in requests])
+        return self.pool.submit(self._slow, requests)
+
+    def _slow(self, requests: Any) -> None:
+        with self.lock:
+            self.busy += 1
+            self.most = max(self.most, self.busy)
+        time.sleep(0.05)
+        try:
+            RangeReader.readinto_many(self, requests)
+        finally:
+            with self.lock:
+                self.busy -= 1
+
+
+def test_remote_reads_are_equal_ranges_in_flight_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Remotely a read is cut into ranges of about ``total / _REMOTE_RANGES`` bytes (within
+    the range bounds), each its own batch, as many in flight as the held bytes allow; not a
+    ramp of growing ranges."""
+    data = RNG.standard_normal((80, 80))  # 64 chunks of 800 bytes, back to back
+    layout = build(tmp_path / "c.bin", data, (10, 10), "F")
+    monkeypatch.setattr(chunked, "_REMOTE_RANGES", 4)
+    monkeypatch.setattr(chunked, "_REMOTE_RANGE_MIN", 1000)
+    monkeypatch.setattr(chunked, "_REMOTE_RANGE_MAX", 4000)
+    pool = ThreadPoolExecutor(16)
+    reader = SlowRemoteReader(open_reader(str(tmp_path / "c.bin")), pool)
+    np.testing.assert_array_equal(read_selection(reader, layout, ((0, 80, 1), (0, 80, 1))), data)
+    sizes = sorted((b - a for r in reader.into for a, b in r), reverse=True)
+    assert all(len(r) == 1 for r in reader.into)  # one range per batch
+    assert sizes == [4000] * 12 + [3200]  # 51,200 bytes / 4 > 4000: the largest range
+    assert reader.most == 5  # 5 ranges' bytes held, the one decoding included
+    # scattered chunks (12,800 bytes: 3,200 per range or batch): a range per run of
+    # neighbours (two chunks), two ranges per batch, all four batches at once
+    reader = SlowRemoteReader(open_reader(str(tmp_path / "c.bin")), pool)
+    got = read_selection(reader, layout, ((0, 80, 1), (0, 20, 1)))
+    np.testing.assert_array_equal(got, data[:, :20])
+    assert [[b - a for a, b in r] for r in reader.into] == [[1600, 1600]] * 4
+    assert reader.most == 4
+    pool.shutdown()

@@ -287,3 +287,15 @@ def test_a_tls_failure_hands_over_to_botocore(s3: Any, s3_server: Any) -> None:
 
     with pytest.raises(s3direct.DirectUnusable, match="TLS"):
         sync(s3.fs.loop, get)
+
+
+def test_the_direct_session_holds_more_connections_than_botocores_default() -> None:
+    """64 connections (botocore's 10 send a chunk-index level in waves), unless the
+    filesystem sets ``max_pool_connections`` (then that many, as botocore's pool)."""
+
+    class Fs:
+        def __init__(self, config: dict[str, Any]) -> None:
+            self.config_kwargs = config
+
+    assert s3direct.direct_connections(Fs({})) == s3direct.DIRECT_CONNECTIONS == 64
+    assert s3direct.direct_connections(Fs({"max_pool_connections": 3})) == 3

@@ -117,20 +117,22 @@ class HttpRanges(PinnedRanges):
         connector = getattr(session, "connector", None)
         return remote.slots(session, getattr(connector, "limit", None))
 
-    def _gather(self, ranges: list[tuple[int, int]], into: list[memoryview] | None) -> list[bytes]:
+    async def _gather(
+        self, ranges: list[tuple[int, int]], into: list[memoryview] | None
+    ) -> list[bytes | memoryview]:
         if ranges and self._whole is not None:  # the server ignores Range: it sent it all
             return self._from_whole(ranges, into)
-        return super()._gather(ranges, into)
+        return await super()._gather(ranges, into)
 
     def _from_whole(
         self, ranges: list[tuple[int, int]], into: list[memoryview] | None
-    ) -> list[bytes]:
+    ) -> list[bytes | memoryview]:
         whole = self._whole or b""
         if into is None:
             return [whole[start:stop] for start, stop in ranges]
         for (start, stop), view in zip(ranges, into, strict=True):
             view[:] = whole[start:stop]
-        return [b""] * len(ranges)
+        return list(into)
 
     async def _ignored_range(self, resp: Any, start: int, stop: int) -> bytes:
         """A ``200`` answer to a ranged GET: the server ignores ``Range`` and sends the whole

@@ -13,6 +13,7 @@ filesystem once (fsspec caches instances), never once per chunk.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import fsspec
@@ -188,13 +189,43 @@ class RangeReader:
             Split large local reads across threads (for one big eager read; dask tasks
             already run in parallel and leave this off).
         """
+        rest = self._to_read(requests)
+        if rest is not None:
+            self.transport.readinto(rest, parallel=parallel)
+
+    def start_readinto(
+        self, requests: Sequence[tuple[int, memoryview]], *, parallel: bool = False
+    ) -> Future[None]:
+        """:meth:`readinto_many` started in the background: returns at once.
+
+        The returned future is done when every view is filled, or with the read's error. The
+        views must stay untouched until then, and the caller must wait for it. Reads started
+        one after the other are in flight together (remotely they go out on the event loop
+        at once, with no thread each; see :meth:`~npystore.fetch.transport.Transport.start`).
+
+        Raises
+        ------
+        FetchError
+            A range lies outside the object (checked before anything starts).
+        """
+        rest = self._to_read(requests)
+        if rest is None:
+            done: Future[None] = Future()
+            done.set_running_or_notify_cancel()
+            done.set_result(None)
+            return done
+        return self.transport.start(rest, parallel=parallel)
+
+    def _to_read(
+        self, requests: Sequence[tuple[int, memoryview]]
+    ) -> Sequence[tuple[int, memoryview]] | None:
+        """The requests checked against the object's size, less what :attr:`head` serves
+        (when :attr:`data_from_head` allows it); None when it serves them all."""
         for start, view in requests:
             self._check_range(start, start + view.nbytes)
         if self.data_from_head and self.head:
-            requests = self._from_head(requests)
-            if not requests:
-                return
-        self.transport.readinto(requests, parallel=parallel)
+            return self._from_head(requests) or None
+        return requests
 
     def _from_head(
         self, requests: Sequence[tuple[int, memoryview]]

@@ -53,8 +53,9 @@ RETRY_DELAY_MAX: Final = 2.0
 #: Default time budget (seconds) of one remote range, all attempts and waits included.
 #: A range is at most 8 MiB (``npystore.fetch.transport.REMOTE_PART_SIZE``): 300 s is
 #: 28 KB/s per connection, i.e. a 2.2 Mbit/s link with botocore's 10 connections all busy
-#: (22 Mbit/s with aiohttp's 100 on http(s)); it is also aiohttp's default total timeout of
-#: a single request.
+#: (14 Mbit/s with the 64 of npystore's direct S3 session, 22 Mbit/s with aiohttp's 100 on
+#: http(s): a slower link wants fewer ``max_pool_connections`` or a larger budget); it is
+#: also aiohttp's default total timeout of a single request.
 READ_BUDGET: Final = 300.0
 #: The ``storage_options`` key that sets the budget (npystore removes it before fsspec sees
 #: the options).

@@ -60,11 +60,15 @@ class S3Ranges(PinnedRanges):
         self._signed: s3direct.SignedUrl | None = None
         self._direct_off = False
 
+    def _where(self) -> tuple[str, str, str | None]:
+        """Bucket, key and the version the reads are pinned to (if any)."""
+        bucket, key, path_version = self.fs.split_path(self.path)
+        return bucket, key, self._want_version or path_version
+
     def get_one(self, into: list[memoryview] | None) -> remote.GetOne:
         """Ranged ``GetObject``s pinned to the opened object (presigned and direct when
         possible, else through botocore)."""
-        bucket, key, path_version = self.fs.split_path(self.path)
-        version = self._want_version or path_version
+        bucket, key, version = self._where()
         etag = self._want_etag
         pin = {"VersionId": version} if version else {"IfMatch": etag} if etag else {}
 
@@ -76,9 +80,16 @@ class S3Ranges(PinnedRanges):
         return one
 
     async def slots(self) -> asyncio.Semaphore | None:
+        """The connections of the direct session (:func:`npystore.fetch.s3direct.slots`)
+        while this reader uses it, else those of botocore's pool (``max_pool_connections``).
+        A read whose direct GETs are refused midway finishes through botocore under the
+        direct session's permits (its ranges may then queue for botocore's connections)."""
+        bucket, key, version = self._where()
+        signed = await self._direct_url(bucket, key, version)
+        if signed is not None:
+            return await s3direct.slots(signed)
         fs: Any = self.fs
         await fs.set_session()
-        bucket = fs.split_path(self.path)[0]
         client = await fs.get_s3(bucket)
         return remote.slots(client, int(client.meta.config.max_pool_connections or 10))
 

@@ -21,8 +21,11 @@ its identity), a :class:`~npystore.fetch.RangeReader` reads its ranges over one
 - TLS is verified with the certificates botocore uses (its ``verify`` setting,
   ``AWS_CA_BUNDLE``, else certifi's bundle); a TLS failure hands the reader to botocore;
 - the session does not decompress (``Content-Encoding`` bodies are returned as stored, as
-  botocore does), honours proxy environment variables like botocore, and holds as many
-  connections as the client's ``max_pool_connections``.
+  botocore does), honours proxy environment variables like botocore, and holds
+  :data:`DIRECT_CONNECTIONS` connections (``max_pool_connections`` when the filesystem's
+  ``config_kwargs`` set it): botocore's default of 10 would send the 36 chunk-index nodes of
+  one B-tree level in four waves of round trips. :func:`slots` gives the semaphore a read
+  holds one permit of per GET, as many as the session has connections.
 
 The path is used only where it cannot change what a read returns: not for requester-pays
 buckets, SSE-C, extra request parameters (``s3_additional_kwargs``), custom TLS
@@ -48,16 +51,21 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
+from npystore.fetch import remote
+
 __all__ = [
+    "DIRECT_CONNECTIONS",
     "URL_EXPIRES",
     "URL_REUSE",
     "DirectUnusable",
     "PreconditionFailed",
     "RetryableStatus",
     "SignedUrl",
+    "direct_connections",
     "direct_enabled",
     "direct_get",
     "direct_url",
+    "slots",
     "stream_into",
 ]
 
@@ -66,6 +74,10 @@ URL_EXPIRES: Final = 900
 #: Seconds a presigned URL is used before a new one is signed (well inside its validity
 #: and inside botocore's 10-minute refresh margin of temporary credentials).
 URL_REUSE: Final = 300
+#: Connections of the direct session when the filesystem does not set
+#: ``max_pool_connections``: enough for every node of a chunk-index level and every range of
+#: a large read to be in flight at once (a cloud store answers each after ~30 ms).
+DIRECT_CONNECTIONS: Final = 64
 #: Statuses retried like a dropped connection.
 _RETRYABLE: Final = frozenset({429, 500, 502, 503, 504})
 #: Query parameters of a botocore presigned URL that belong to its signature.
@@ -116,7 +128,7 @@ class SignedUrl:
     signed_at : float
         ``time.monotonic()`` when it was signed.
     connections : int
-        Most connections to keep open (the client's ``max_pool_connections``).
+        Most connections to keep open (:func:`direct_connections`).
     timeouts : tuple of float
         ``(connect, read)`` seconds, the client's.
     ca_bundle : str or None
@@ -182,7 +194,7 @@ async def direct_url(fs: Any, bucket: str, key: str, version: str | None) -> Sig
     if verify is False:
         return None  # unverified TLS stays botocore's business
     ca_bundle = verify if isinstance(verify, str) else get_cert_path(True)
-    connections = int(config.max_pool_connections or 10)
+    connections = direct_connections(fs)
     timeouts = (float(config.connect_timeout or 60), float(config.read_timeout or 60))
     if signature is not UNSIGNED:
         signer = getattr(client, "_request_signer", None)
@@ -206,6 +218,20 @@ async def direct_url(fs: Any, bucket: str, key: str, version: str | None) -> Sig
     return SignedUrl(
         url, time.monotonic(), connections, timeouts, ca_bundle or None, client.meta.events
     )
+
+
+def direct_connections(fs: Any) -> int:
+    """Connections of the direct session for ``fs``: its ``config_kwargs``'
+    ``max_pool_connections`` if set, else :data:`DIRECT_CONNECTIONS`."""
+    config = getattr(fs, "config_kwargs", None) or {}
+    explicit = config.get("max_pool_connections")
+    return int(explicit) if explicit else DIRECT_CONNECTIONS
+
+
+async def slots(signed: SignedUrl) -> asyncio.Semaphore | None:
+    """The semaphore of the session ``signed``'s GETs go over, one permit per connection
+    (see :func:`npystore.fetch.remote.slots`). Call it on the loop."""
+    return remote.slots(await _session(signed), signed.connections)
 
 
 async def direct_get(
@@ -309,27 +335,30 @@ async def stream_into(content: Any, view: memoryview) -> memoryview:
 
 
 # -- one aiohttp session per event loop (fsspec runs one IO loop per process) -------------
+# (per loop: one per certificate bundle and connection count)
 
-_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str | None, Any]] = (
-    weakref.WeakKeyDictionary()
-)
+_sessions: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str | None, int], Any]
+] = weakref.WeakKeyDictionary()
 _sessions_lock = threading.Lock()
 
 
 async def _session(signed: SignedUrl) -> Any:
-    """The session of the running loop for ``signed``'s TLS settings (made on first use)."""
+    """The session of the running loop for ``signed``'s TLS settings and connection count
+    (made on first use)."""
     import aiohttp  # noqa: PLC0415 - aiobotocore's dependency, present with s3fs
 
     loop = asyncio.get_running_loop()
+    key = (signed.ca_bundle, signed.connections)
     with _sessions_lock:
-        session = _sessions.setdefault(loop, {}).get(signed.ca_bundle)
+        session = _sessions.setdefault(loop, {}).get(key)
     if session is not None and not session.closed:
         return session
     # reading the certificates is file IO: off the loop, as aiobotocore does
     context = await asyncio.to_thread(ssl.create_default_context, cafile=signed.ca_bundle)
     with _sessions_lock:
-        by_ca = _sessions.setdefault(loop, {})
-        session = by_ca.get(signed.ca_bundle)
+        by_key = _sessions.setdefault(loop, {})
+        session = by_key.get(key)
         if session is None or session.closed:
             connect, read = signed.timeouts
             session = aiohttp.ClientSession(
@@ -339,7 +368,7 @@ async def _session(signed: SignedUrl) -> Any:
                 trust_env=True,
                 skip_auto_headers=("User-Agent", "Accept-Encoding"),
             )
-            by_ca[signed.ca_bundle] = session
+            by_key[key] = session
     return session
 
 

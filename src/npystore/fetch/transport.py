@@ -11,17 +11,21 @@ made (see :func:`npystore.fetch.reader.transport_for`):
 - :class:`~npystore.fetch.generic.CatFileRanges`,
   :class:`~npystore.fetch.generic.CatRangesRounds`: every other fsspec filesystem.
 
-This module holds the interface (:class:`Transport`), the splitting of large remote ranges
-into parts (:data:`REMOTE_PART_SIZE`), the concurrent reads of the async filesystems on
-fsspec's event loop, each range retried within the reader's time budget
-(:class:`AsyncRanges`, over :func:`npystore.fetch.remote.read_ranges`), and the checks every
-S3 or http answer passes before its body is read (:class:`PinnedRanges`).
+This module holds the interface (:class:`Transport`: blocking reads, and reads started in
+the background, :meth:`Transport.start`), the splitting of large remote ranges into parts
+(:data:`REMOTE_PART_SIZE`), the concurrent reads of the async filesystems on fsspec's event
+loop, each range retried within the reader's time budget (:class:`AsyncRanges`, over
+:func:`npystore.fetch.remote.read_ranges`), and the checks every S3 or http answer passes
+before its body is read (:class:`PinnedRanges`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import os
+import threading
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar, Final
 
 from npystore.errors import ConsistencyError
@@ -30,6 +34,7 @@ from npystore.fetch.identity import ObjectIdentity
 
 __all__ = [
     "REMOTE_PART_SIZE",
+    "START_WORKERS",
     "AsyncRanges",
     "PinnedRanges",
     "RemoteTransport",
@@ -39,6 +44,25 @@ __all__ = [
 
 #: Remote ranges larger than this are split into parts fetched concurrently.
 REMOTE_PART_SIZE: Final = 8 * 2**20
+#: Threads that run the reads :meth:`Transport.start` hands to a thread (every backend but
+#: the async ones), shared by the whole process.
+START_WORKERS: Final = 32
+
+_start_lock = threading.Lock()
+_start_pool: ThreadPoolExecutor | None = None
+_start_pid: int | None = None
+
+
+def _starter() -> ThreadPoolExecutor:
+    """The process-wide pool of :meth:`Transport.start` (recreated after a fork)."""
+    global _start_pool, _start_pid  # noqa: PLW0603
+    with _start_lock:
+        if _start_pool is None or _start_pid != os.getpid():
+            _start_pool = ThreadPoolExecutor(
+                max_workers=START_WORKERS, thread_name_prefix="npystore-fetch"
+            )
+            _start_pid = os.getpid()
+        return _start_pool
 
 
 class Transport:
@@ -70,6 +94,15 @@ class Transport:
         """Fill each view with the object's bytes from its offset (``parallel``: split
         large local reads across threads)."""
         raise NotImplementedError
+
+    def start(
+        self, requests: Sequence[tuple[int, memoryview]], *, parallel: bool = False
+    ) -> Future[None]:
+        """:meth:`readinto` started in the background: returns at once, with a future done
+        when every view is filled (or the read failed). Here a thread of a process-wide pool
+        runs it (a queued read may still be cancelled); the async backends put the read on
+        their event loop instead."""
+        return _starter().submit(self.readinto, requests, parallel=parallel)
 
 
 class RemoteTransport(Transport):
@@ -113,10 +146,44 @@ class AsyncRanges(RemoteTransport):
     """An async filesystem's ranges, all in flight at once on fsspec's event loop, each
     retried on its own within the budget (:func:`npystore.fetch.remote.read_ranges`), as many
     at a time as the connection pool has slots. A backend supplies :meth:`get_one` (one
-    attempt at one range) and :meth:`slots`."""
+    attempt at one range) and :meth:`slots`.
+
+    :meth:`start` puts the read on the loop and returns: the ranges of many reads started
+    one after the other go out together, with no thread per read (a thread that must win
+    the GIL from busy decoding threads before its requests go out would delay them)."""
 
     def read(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        return self._gather(list(ranges), None)
+        got = self._sync(self._gather, list(ranges), None)
+        return [bytes(data) for data in got]  # already bytes: no copy
+
+    def readinto(
+        self, requests: Sequence[tuple[int, memoryview]], *, parallel: bool = False
+    ) -> None:
+        self._sync(self._fill_parts, requests)
+
+    def start(
+        self, requests: Sequence[tuple[int, memoryview]], *, parallel: bool = False
+    ) -> Future[None]:
+        """:meth:`readinto` on the event loop; the future is done when the read is (it is
+        running from the start: ``cancel()`` does not stop it, waiting for it does)."""
+        done: Future[None] = Future()
+        done.set_running_or_notify_cancel()
+        coro = self._fill_parts(requests)
+        try:
+            running = asyncio.run_coroutine_threadsafe(coro, self.fs.loop)
+        except BaseException:
+            coro.close()  # never scheduled (a closed loop)
+            raise
+
+        def finished(f: Future[None]) -> None:
+            problem = asyncio.CancelledError() if f.cancelled() else f.exception()
+            if problem is None:
+                done.set_result(None)
+            else:
+                done.set_exception(problem)
+
+        running.add_done_callback(finished)
+        return done
 
     def get_one(self, into: list[memoryview] | None) -> remote.GetOne:
         """One attempt at range ``k``: its bytes, or (with ``into``) written into ``into[k]``."""
@@ -127,25 +194,33 @@ class AsyncRanges(RemoteTransport):
         budget runs only while it holds one (see :func:`npystore.fetch.remote.slots`)."""
         raise NotImplementedError
 
-    def _gather(self, ranges: list[tuple[int, int]], into: list[memoryview] | None) -> list[bytes]:
-        """Each range's bytes (or, with ``into``, each written into its view and ``b""``
-        returned), retried per range within :attr:`budget`."""
-        if not ranges:
-            return []
+    def _sync(self, func: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
+        """``await func(*args)`` on fsspec's event loop; its result."""
         from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
 
-        get_one = self.get_one(into)
+        return sync(self.fs.loop, func, *args)
 
-        async def all_ranges() -> list[bytes | memoryview]:
-            sem = await self.slots()
-            return await remote.read_ranges(
-                ranges, get_one, url=self.url, budget=self.budget, sem=sem
-            )
+    async def _fill_parts(self, requests: Sequence[tuple[int, memoryview]]) -> None:
+        """Fill each view, ranges larger than :data:`REMOTE_PART_SIZE` cut into parts."""
+        split = split_requests(requests, REMOTE_PART_SIZE)
+        await self._fill_async([(s, s + v.nbytes) for s, v in split], [v for _, v in split])
 
-        got: list[bytes | memoryview] = sync(self.fs.loop, all_ranges)
-        if into is not None:
-            return [b""] * len(got)
-        return [bytes(data) for data in got]  # already bytes: no copy
+    async def _fill_async(self, ranges: list[tuple[int, int]], views: list[memoryview]) -> None:
+        """Write each range's bytes into its view: read, then copied (S3 and http stream)."""
+        for view, data in zip(views, await self._gather(ranges, None), strict=True):
+            view[:] = data
+
+    async def _gather(
+        self, ranges: list[tuple[int, int]], into: list[memoryview] | None
+    ) -> list[bytes | memoryview]:
+        """Each range's bytes (or, with ``into``, each written into its view), retried per
+        range within :attr:`budget`."""
+        if not ranges:
+            return []
+        sem = await self.slots()
+        return await remote.read_ranges(
+            ranges, self.get_one(into), url=self.url, budget=self.budget, sem=sem
+        )
 
 
 class PinnedRanges(AsyncRanges):
@@ -169,8 +244,8 @@ class PinnedRanges(AsyncRanges):
         self._want_etag = want_etag
         self._want_version = (fields.get("VersionId") or fields.get("version_id")) or None
 
-    def _fill(self, ranges: list[tuple[int, int]], views: list[memoryview]) -> None:
-        self._gather(ranges, views)
+    async def _fill_async(self, ranges: list[tuple[int, int]], views: list[memoryview]) -> None:
+        await self._gather(ranges, views)
 
     def changed(self, pin: Mapping[str, str], start: int, stop: int) -> ConsistencyError:
         """The error for an answer refused by the pin (412): the object was replaced."""

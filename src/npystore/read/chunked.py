@@ -2,30 +2,36 @@
 
 :func:`read_chunked` finds the chunks a selection touches and reads their stored bytes with
 as few range requests as the file allows: chunks whose bytes are neighbours share a range, and
-every range of a batch goes in one :meth:`~npystore.fetch.RangeReader.readinto_many` call
-(into uninitialised buffers: no zero-fill, and no copy for local files). It then undoes each
+every range of a batch goes in one read (:meth:`~npystore.fetch.RangeReader.readinto_many`,
+or :meth:`~npystore.fetch.RangeReader.start_readinto` when there are several batches) into
+uninitialised buffers: no zero-fill, and no copy for local files. It then undoes each
 chunk's filters (:func:`npystore.formats.h5filters.decode_chunk`) and copies the selected part
 of each chunk into one preallocated output array; a batch's chunks are split into one
 contiguous group per CPU, the calling thread decoding the first (inflating releases the GIL).
-Batches are read ahead while earlier ones decode (one batch of 16 MiB locally; remotely
-the bytes of six 8 MiB batches, each a concurrent request, the first ones ramping up from
-1 MiB so decoding starts early), so download and inflate overlap. Chunks never written
-read as the fill value.
 
-Memory stays bounded: chunks are planned in groups of at most ``_PLAN_CHUNKS`` and read in
-batches of at most about ``_BATCH_BYTES`` stored bytes, at most ``1 + readahead`` batches'
-bytes held at once.
+Batches are fetched while earlier ones decode, each decoded as soon as its bytes are in
+(:class:`_Pace` says how a read is cut and how much of it is held at once):
+
+- locally, batches of 16 MiB, the next one read while one decodes;
+- remotely, where every request waits ~30 ms for its first byte and one connection carries
+  ~40-100 MiB/s, the read is cut into ranges of 1 to 4 MiB (at least 16 of them when it is
+  large enough), each its own batch and request, all in flight at once up to 17 ranges' worth
+  of bytes (started together, they go out together on the event loop): the download fills
+  many connections, and decoding starts when the first range is in.
+
+Chunks never written read as the fill value.
+
+Memory stays bounded: chunks are planned in groups of at most ``_PLAN_CHUNKS`` and at most
+:attr:`_Pace.held_bytes` stored bytes (fetched or in flight, not yet decoded) are held at once.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import threading
-from collections import deque
 from collections.abc import Generator, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -40,17 +46,14 @@ __all__ = ["read_chunked"]
 
 #: Chunks planned (sorted by offset, merged into ranges) together.
 _PLAN_CHUNKS: Final = 65536
-#: Stored bytes fetched by one ``readinto_many`` batch (a single larger range goes alone);
-#: merged ranges are cut to fit it, so that decoding one batch overlaps reading the next.
+#: Stored bytes fetched by one local batch (a single larger range goes alone); merged ranges
+#: are cut to fit it, so that decoding one batch overlaps reading the next.
 _BATCH_BYTES: Final = 16 * 2**20
-#: Remote batches are smaller (one request each, decoding starts after the first) and more
-#: of them are read ahead (each waits on a round trip).
-_REMOTE_BATCH_BYTES: Final = 8 * 2**20
-#: Batches read ahead of the one being decoded (remotely: their bytes, in full batches).
-_LOCAL_READAHEAD: Final = 1
-_REMOTE_READAHEAD: Final = 6
-#: Size of the first remote batch; later ones double up to ``_REMOTE_BATCH_BYTES``.
-_REMOTE_FIRST_BATCH: Final = 1 * 2**20
+#: Remote ranges a large read is cut into at least (each one batch), all in flight at once.
+_REMOTE_RANGES: Final = 16
+#: Smallest and largest remote range (a smaller read is fewer ranges; a larger one, more).
+_REMOTE_RANGE_MIN: Final = 1 * 2**20
+_REMOTE_RANGE_MAX: Final = 4 * 2**20
 #: Chunks per decoding thread below which a batch is decoded in the calling thread.
 _POOL_MIN_CHUNKS: Final = 4
 
@@ -72,7 +75,7 @@ def _cpus() -> int:
 
 
 def _pool(name: str) -> ThreadPoolExecutor:
-    """A process-wide pool (``"decode"`` or ``"prefetch"``), recreated after a fork."""
+    """A process-wide pool (``"decode"``), recreated after a fork."""
     global _pools_pid  # noqa: PLW0603
     with _pool_lock:
         if _pools_pid != os.getpid():
@@ -80,9 +83,8 @@ def _pool(name: str) -> ThreadPoolExecutor:
             _pools_pid = os.getpid()
         pool = _pools.get(name)
         if pool is None:
-            workers = min(16, _cpus()) if name == "decode" else 2 * _REMOTE_READAHEAD
             pool = _pools[name] = ThreadPoolExecutor(
-                max_workers=workers, thread_name_prefix=f"npystore-{name}"
+                max_workers=min(16, _cpus()), thread_name_prefix=f"npystore-{name}"
             )
         return pool
 
@@ -101,6 +103,32 @@ class _AxisHits:
     out_hi: np.ndarray[Any, np.dtype[np.int64]]
     local: np.ndarray[Any, np.dtype[np.int64]]
     step: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Pace:
+    """How one planned group of chunks is fetched.
+
+    Merged ranges span at most ``span`` bytes and batches hold at most ``batch`` bytes (one
+    larger range goes alone); at most ``held_batches`` batches and ``held_bytes`` bytes are
+    fetched or in flight and not yet decoded (the one decoding included; one batch always
+    goes, whatever its size).
+    """
+
+    span: int
+    batch: int
+    held_batches: int
+    held_bytes: float
+
+    @classmethod
+    def of(cls, reader: RangeReader, nbytes: int) -> _Pace:
+        """The pace of reading ``nbytes`` stored bytes through ``reader``."""
+        if reader.local:  # one batch read while the one before it decodes
+            return cls(_BATCH_BYTES, _BATCH_BYTES, 2, float("inf"))
+        # many concurrent ranges of a few MiB: each waits one round trip, and a cloud
+        # store's connection carries ~40-100 MiB/s, so one large range would be slow
+        span = min(_REMOTE_RANGE_MAX, max(_REMOTE_RANGE_MIN, -(-nbytes // _REMOTE_RANGES)))
+        return cls(span, span, _REMOTE_RANGES + 1, (_REMOTE_RANGES + 1) * span)
 
 
 def _axis_hits(start: int, count: int, step: int, cs: int) -> _AxisHits:
@@ -303,14 +331,9 @@ class _Reading:
                 f"{self.reader.size} bytes"
             )
         order = written[np.argsort(offsets[written], kind="stable")]
-        if self.reader.local:
-            spans: Iterator[int] = itertools.repeat(_BATCH_BYTES)
-            limits: Iterator[int] = itertools.repeat(_BATCH_BYTES)
-        else:  # small first batches: decoding starts after one round trip, not a full batch
-            spans = _ramp(_REMOTE_FIRST_BATCH, _REMOTE_BATCH_BYTES)
-            limits = _ramp(_REMOTE_FIRST_BATCH, _REMOTE_BATCH_BYTES)
-        batches = list(_batches(_merge(order, offsets, sizes, self.reader, spans), limits))
-        fetched = self._fetched(batches)
+        pace = _Pace.of(self.reader, int(sizes[written].sum()))
+        batches = list(_batches(_merge(order, offsets, sizes, self.reader, pace.span), pace.batch))
+        fetched = self._fetched(batches, pace)
         try:
             for batch, datas in fetched:
                 tasks: list[_Task] = []
@@ -323,44 +346,49 @@ class _Reading:
         finally:
             fetched.close()
 
-    def _fetch(self, batch: list[_Range]) -> list[np.ndarray[Any, np.dtype[np.uint8]]]:
+    def _buffers(
+        self, batch: list[_Range]
+    ) -> tuple[list[np.ndarray[Any, np.dtype[np.uint8]]], list[tuple[int, memoryview]]]:
+        """Uninitialised buffers for a batch's ranges, and the requests that fill them."""
         datas = [np.empty(stop - start, dtype=np.uint8) for start, stop, _ in batch]
-        self.reader.readinto_many(
-            [(r[0], memoryview(d.data)) for r, d in zip(batch, datas, strict=True)],
-            parallel=self.parallel,
-        )
-        return datas
+        return datas, [(r[0], memoryview(d.data)) for r, d in zip(batch, datas, strict=True)]
 
     def _fetched(
-        self, batches: list[list[_Range]]
+        self, batches: list[list[_Range]], pace: _Pace
     ) -> Generator[tuple[list[_Range], list[np.ndarray[Any, np.dtype[np.uint8]]]], None, None]:
-        """Each batch with its bytes; later batches are read while earlier ones decode."""
+        """Each batch with its bytes, in the order they arrive; later batches are fetched
+        while earlier ones decode (between two ``next`` calls), as many at once as ``pace``
+        holds (:meth:`~npystore.fetch.RangeReader.start_readinto`: remotely the ranges of
+        all the batches started together go out together)."""
         if len(batches) == 1:
-            yield batches[0], self._fetch(batches[0])
+            datas, requests = self._buffers(batches[0])
+            self.reader.readinto_many(requests, parallel=self.parallel)
+            yield batches[0], datas
             return
-        if self.reader.local:
-            ahead, budget = _LOCAL_READAHEAD, float("inf")
-        else:  # as many batches as fit in the bytes of 1 + readahead full ones
-            ahead = 2 * _REMOTE_READAHEAD - 1
-            budget = (1 + _REMOTE_READAHEAD) * _REMOTE_BATCH_BYTES
         sizes = [sum(stop - start for start, stop, _ in batch) for batch in batches]
-        pool = _pool("prefetch")
-        inflight: deque[Future[list[np.ndarray[Any, np.dtype[np.uint8]]]]] = deque()
-        queued = 0  # bytes of the batches in flight
+        running: dict[Future[None], tuple[int, list[np.ndarray[Any, np.dtype[np.uint8]]]]] = {}
+        nxt = 0  # the next batch to start
+        held = 0  # bytes of the batches started and not yet decoded
         try:
-            for k, batch in enumerate(batches):
-                while (nxt := k + len(inflight)) < len(batches) and len(inflight) <= ahead:
-                    if inflight and queued + sizes[nxt] > budget:
+            while nxt < len(batches) or running:
+                while nxt < len(batches) and len(running) < pace.held_batches:
+                    if running and held + sizes[nxt] > pace.held_bytes:
                         break
-                    inflight.append(pool.submit(self._fetch, batches[nxt]))
-                    queued += sizes[nxt]
-                datas = inflight.popleft().result()
-                queued -= sizes[k]
-                yield batch, datas
+                    datas, requests = self._buffers(batches[nxt])
+                    future = self.reader.start_readinto(requests, parallel=self.parallel)
+                    running[future] = (nxt, datas)
+                    held += sizes[nxt]
+                    nxt += 1
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                future = min(done, key=lambda f: running[f][0])  # the earliest batch that is in
+                k, datas = running.pop(future)
+                future.result()
+                yield batches[k], datas
+                held -= sizes[k]
         finally:
-            for future in inflight:
+            for future in running:
                 future.cancel()
-            wait(inflight)  # no read may outlive the call (its buffers, its errors)
+            wait(running)  # no read may outlive the call (its buffers, its errors)
 
     def _decode_all(self, tasks: list[_Task]) -> None:
         """Decode and place every chunk: in contiguous groups, one per CPU, the calling
@@ -451,13 +479,13 @@ def _merge(
     offsets: np.ndarray[Any, np.dtype[np.int64]],
     sizes: np.ndarray[Any, np.dtype[np.int64]],
     reader: RangeReader,
-    spans: Iterator[int],
+    span: int,
 ) -> Iterator[_Range]:
     """Ranges covering the chunks ``order`` (sorted by offset): neighbours separated by at
-    most ``reader.max_gap`` bytes share a range while it spans at most the next of ``spans``
-    bytes (and ``reader.max_span``)."""
+    most ``reader.max_gap`` bytes share a range while it spans at most ``span`` bytes (and
+    ``reader.max_span``)."""
     max_gap = reader.max_gap
-    max_span = min(reader.max_span, next(spans))
+    max_span = min(reader.max_span, span)
     start = stop = -1
     members: list[int] = []
     for i in order.tolist():
@@ -469,34 +497,22 @@ def _merge(
             continue
         if members:
             yield start, stop, members
-            max_span = min(reader.max_span, next(spans))
         start, stop, members = a, b, [i]
     if members:
         yield start, stop, members
 
 
-def _batches(ranges: Iterator[_Range], limits: Iterator[int]) -> Iterator[list[_Range]]:
-    """Groups of ranges, each of at most about the next of ``limits`` bytes (one larger
-    range goes alone)."""
+def _batches(ranges: Iterator[_Range], limit: int) -> Iterator[list[_Range]]:
+    """Groups of ranges, each of at most about ``limit`` bytes (one larger range goes
+    alone)."""
     batch: list[_Range] = []
     total = 0
-    limit = next(limits)
     for r in ranges:
         size = r[1] - r[0]
         if batch and total + size > limit:
             yield batch
             batch, total = [], 0
-            limit = next(limits)
         batch.append(r)
         total += size
     if batch:
         yield batch
-
-
-def _ramp(first: int, last: int) -> Iterator[int]:
-    """``first``, doubling up to ``last``, then ``last`` forever."""
-    size = first
-    while size < last:
-        yield size
-        size *= 2
-    yield from itertools.repeat(last)

@@ -101,6 +101,13 @@ class Measurement:
     errors : int
         Attempts that got no HTTP response (connection error, ...) or a status
         of 400 or more (a 404 from an existence check counts).
+    in_flight : int
+        Attempts sent and not yet answered, now.
+    max_in_flight : int
+        The most attempts in flight at once while the window was open: how many requests
+        went out concurrently. An attempt is answered when ``response-received`` fires:
+        after its body was read for npystore's direct GETs
+        (:mod:`npystore.fetch.s3direct`), after the response head for botocore's.
     ranges : list of tuple
         ``(start, end_inclusive_or_None)`` of each ``GetObject``, in send order,
         as :func:`parse_range_header` gives it; a GET without ``Range`` is
@@ -116,6 +123,8 @@ class Measurement:
     heads: int = 0
     bytes: int = 0
     errors: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
     ranges: list[tuple[int, int | None]] = field(default_factory=list)
     by_operation: Counter[str] = field(default_factory=Counter)
     records: list[RequestRecord] = field(default_factory=list)
@@ -124,11 +133,14 @@ class Measurement:
         ops = dict(self.by_operation)
         return (
             f"Measurement(requests={self.requests}, gets={self.gets}, heads={self.heads}, "
-            f"bytes={self.bytes}, errors={self.errors}, by_operation={ops})"
+            f"bytes={self.bytes}, errors={self.errors}, max_in_flight={self.max_in_flight}, "
+            f"by_operation={ops})"
         )
 
     def _on_send(self, record: RequestRecord) -> None:
         self.requests += 1
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
         self.by_operation[record.operation] += 1
         self.records.append(record)
         if record.operation == "HeadObject":
@@ -143,6 +155,8 @@ class Measurement:
                     self.ranges.append(parsed)
 
     def _on_response(self, body_bytes: int, failed: bool) -> None:
+        # an attempt sent before the window opened may be answered in it
+        self.in_flight = max(0, self.in_flight - 1)
         self.bytes += body_bytes
         if failed:
             self.errors += 1
