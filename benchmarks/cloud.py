@@ -106,7 +106,37 @@ def cloud(workdir: Path, files: dict[str, Path]) -> Iterator[Cloud]:
         yield Cloud(fsspec.filesystem("s3", **opts), opts, proxy)
 
 
+#: Other programs seen using CPU while this module's scenarios ran (see :func:`_load_avg`).
+OTHERS: set[str] = set()
+
+
+def _others() -> set[str]:
+    """Programs not started by this process that use CPU now (``ps``: %CPU >= 10 over their
+    lifetime), as ``name script`` (e.g. ``python benchmarks/x.py``, ``rclone serve``)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["ps", "-eo", "pid=,ppid=,pcpu=,args="], capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return set()
+    me = os.getpid()
+    seen = set()
+    for line in out.splitlines():
+        pid, ppid, pcpu, *args = line.split()
+        if me in (int(pid), int(ppid)) or float(pcpu) < 10 or not args or args[0] == "ps":
+            continue
+        if args[-1] == "<defunct>":  # exited, not yet reaped
+            continue
+        words = [Path(args[0]).name, *[a for a in args[1:] if not a.startswith("-")][:1]]
+        seen.add(" ".join(words))
+    return seen
+
+
 def _load_avg() -> str:
+    """The load average (1 min/5 min) now; notes the other programs using CPU."""
+    OTHERS.update(_others())
     one, five, _ = os.getloadavg()
     return f"{one:.1f}/{five:.1f}"
 
@@ -289,7 +319,7 @@ def _npz_file(workdir: Path, size: int) -> tuple[Path, dict[str, Any]]:
         rng = np.random.default_rng(11)
         value = np.repeat(np.round(rng.standard_normal(-(-n // 3)), 2), 3)[:n]
         tmp = path.with_name(path.name + ".partial.npz")
-        np.savez_compressed(tmp, **{MEMBER: value})
+        np.savez_compressed(tmp, x=value)  # MEMBER
         tmp.replace(path)
         import zipfile
 
@@ -400,15 +430,27 @@ def bench_cloud_sweep(workdir: Path, size: int, repeat: int) -> list[Row]:
         for fn in fns.values():  # warm-up (pools, connections)
             fn()
         print(f"[cloud-sweep] warm-up {time.perf_counter() - t0:.0f} s", flush=True)
-        for delay, bandwidth in settings:
-            c.proxy.set(delay, bandwidth)
-            t0 = time.perf_counter()
-            t = rounds(fns, reps)
-            point = {"delay": delay, "bandwidth": bandwidth, "load_avg": _load_avg()}
+        # repeats outermost: each round visits every setting, so drift (other work on the
+        # machine) spreads over all settings instead of landing on a few
+        times: dict[tuple[float, float], dict[str, list[float]]] = {s: {} for s in settings}
+        loads: dict[tuple[float, float], list[str]] = {s: [] for s in settings}
+        for rep in range(reps):
+            for setting in settings:
+                c.proxy.set(*setting)
+                t0 = time.perf_counter()
+                for name, got in rounds(fns, 1).items():
+                    times[setting].setdefault(name, []).extend(got)
+                loads[setting].append(_load_avg())
+                took = time.perf_counter() - t0
+                print(
+                    f"[cloud-sweep] round {rep + 1}/{reps}, {_setting(*setting)}: {took:.0f} s",
+                    flush=True,
+                )
+        for (delay, bandwidth), t in times.items():
+            point: dict[str, Any] = {"delay": delay, "bandwidth": bandwidth}
+            point["load_avg"] = loads[delay, bandwidth]
             point |= {name: statistics.median(v) for name, v in t.items()}
             points.append(point)
-            took = time.perf_counter() - t0
-            print(f"[cloud-sweep] {_setting(delay, bandwidth)} ({took:.0f} s): {point}", flush=True)
             here = _setting(delay, bandwidth)
             rows += [
                 Row(
@@ -417,7 +459,8 @@ def bench_cloud_sweep(workdir: Path, size: int, repeat: int) -> list[Row]:
                     anchor=Timing("numpy.load(fs.open())", t["npy anchor"]),
                     target=None,
                     note=f"ceiling (cat_ranges, {RANGES} ranges) "
-                    f"{Timing('', t['npy ceiling']).cell()}",
+                    f"{Timing('', t['npy ceiling']).cell()}; load average "
+                    f"{', '.join(loads[delay, bandwidth])}",
                     section=SWEEP_SECTION,
                 ),
                 Row(
@@ -470,13 +513,14 @@ def plot(sweep: dict[str, Any], dest: Path) -> None:
             key=lambda p: p[axis],
         )
         xs = [p[axis] * (1000 if axis == "delay" else 1) for p in pts]
-        fig, ax = plt.subplots(figsize=(7, 4.2))
+        fig, ax = plt.subplots(figsize=(7, 5))
         for key, style, color, label in lines:
             ax.plot(xs, [p[key] for p in pts], style, color=color, label=label)
         if axis == "bandwidth":
             ax.set_xscale("log")
             ax.set_xticks(xs, [f"{x:g}" for x in xs])
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel(xlabel)
@@ -488,7 +532,7 @@ def plot(sweep: dict[str, Any], dest: Path) -> None:
         )
         ax.set_title(f"Cloud model, {held} (loopback S3 + shaping proxy, 2 cores)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="best", framealpha=0.8)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
         fig.tight_layout()
         fig.savefig(dest / name, dpi=110)
         plt.close(fig)
@@ -516,8 +560,10 @@ def section_intro(section: str, quick: bool, machine: str, versions: str) -> lis
             "180-390 MiB/s with s3fs) before 16 x 40 MiB/s. Clients in steady state: one s3fs "
             "filesystem per endpoint, warmed up before timing. npystore and its anchors are "
             "timed one run of each in turn; median (min..max) seconds. The load average "
-            "(1 min/5 min) before and after each scenario is in its note: other sessions' "
-            "work may share the machine (see the findings below).",
+            "(1 min/5 min) before and after each scenario is in its note. Other programs "
+            "seen using CPU during these rows (`ps`, >= 10% CPU, not started by the bench): "
+            + (", ".join(f"`{o}`" for o in sorted(OTHERS)) or "none")
+            + ".",
             "",
         ]
     if section == SWEEP_SECTION:
@@ -542,5 +588,5 @@ SCENARIOS: dict[str, tuple[Callable[[Path, int, int], Row | list[Row]], int, int
     "cloud-mat73": (bench_cloud_mat73, 122, 4),
     "cloud-mat73-matlab": (bench_cloud_mat73_matlab, 122, 4),
     "cloud-npz": (bench_cloud_npz, 128, 16),
-    "cloud-sweep": (bench_cloud_sweep, 128, 8),
+    "cloud-sweep": (bench_cloud_sweep, 128, 4),
 }

@@ -1,7 +1,8 @@
 """npystore benchmarks: each row is npystore vs its anchor, measured side by side in one run.
 
 Run with ``nox -s bench`` (or ``python benchmarks/run.py``); ``--quick`` uses small sizes
-for a regression check in well under two minutes. Results go to ``benchmarks/RESULTS.md``
+for a regression check: well under two minutes, plus under three for the cloud rows (on a
+quiet machine). Results go to ``benchmarks/RESULTS.md``
 (``--output`` to change) and to stdout.
 
 Every timing is the median of ``--repeat`` runs (min and max reported too), taken in the
@@ -553,7 +554,7 @@ GROUPS = {"cloud": list(cloud.SCENARIOS)}
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, < 2 minutes")
+    parser.add_argument("--quick", action="store_true", help="small sizes (a few minutes)")
     parser.add_argument("--repeat", type=int, default=None, help="runs per timing (>= 3)")
     parser.add_argument("--workdir", type=Path, default=None, help="where data files go")
     parser.add_argument("--output", type=Path, default=HERE / "RESULTS.md")
