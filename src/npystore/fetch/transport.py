@@ -21,6 +21,7 @@ before its body is read (:class:`PinnedRanges`).
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import os
 import threading
@@ -65,7 +66,7 @@ def _starter() -> ThreadPoolExecutor:
         return _start_pool
 
 
-class Transport:
+class Transport(abc.ABC):
     """Reads of one object's byte ranges over one kind of storage (a backend).
 
     Parameters
@@ -88,12 +89,12 @@ class Transport:
         self.readinto([(s, memoryview(b)) for (s, _), b in zip(ranges, bufs, strict=True)])
         return [bytes(b) for b in bufs]
 
+    @abc.abstractmethod
     def readinto(
         self, requests: Sequence[tuple[int, memoryview]], *, parallel: bool = False
     ) -> None:
         """Fill each view with the object's bytes from its offset (``parallel``: split
         large local reads across threads)."""
-        raise NotImplementedError
 
     def start(
         self, requests: Sequence[tuple[int, memoryview]], *, parallel: bool = False
@@ -127,8 +128,10 @@ class RemoteTransport(Transport):
         self.path = path
         self.budget = budget
 
+    @abc.abstractmethod
     def read(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        raise NotImplementedError
+        """Each ``[start, stop)`` range's bytes: what a remote backend implements (its
+        :meth:`readinto` copies from it)."""
 
     def readinto(
         self, requests: Sequence[tuple[int, memoryview]], *, parallel: bool = False
@@ -185,14 +188,14 @@ class AsyncRanges(RemoteTransport):
         running.add_done_callback(finished)
         return done
 
+    @abc.abstractmethod
     def get_one(self, into: list[memoryview] | None) -> remote.GetOne:
         """One attempt at range ``k``: its bytes, or (with ``into``) written into ``into[k]``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def slots(self) -> asyncio.Semaphore | None:
         """As many slots as the connection pool of this backend's requests has: a range's
         budget runs only while it holds one (see :func:`npystore.fetch.remote.slots`)."""
-        raise NotImplementedError
 
     def _sync(self, func: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
         """``await func(*args)`` on fsspec's event loop; its result."""
