@@ -299,3 +299,45 @@ def test_the_direct_session_holds_more_connections_than_botocores_default() -> N
 
     assert s3direct.direct_connections(Fs({})) == s3direct.DIRECT_CONNECTIONS == 64
     assert s3direct.direct_connections(Fs({"max_pool_connections": 3})) == 3
+
+
+_PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+def test_proxy_environment_is_honoured_and_read_once_per_url(
+    s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP_PROXY reaches the direct GETs (as botocore honours it), looked up when the URL
+    is signed, not by aiohttp on every request (its ``trust_env`` costs two thread hops per
+    GET and adds netrc credentials)."""
+    from faultproxy import FaultProxy
+
+    data = bytes(range(256)) * 400
+    url = s3.put_bytes(data, "proxied.bin")
+    reader = open_reader(url, s3.storage_options)
+    for name in _PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    with FaultProxy(s3.server.endpoint_url, rate=0.0) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        ranges = _ranges(reader.size)
+        assert reader.read_many(ranges) == [data[a:b] for a, b in ranges]
+        assert proxy.counts["requests"] == len(ranges)
+    signed = reader.transport._signed
+    assert signed is not None
+    assert not reader.transport._direct_off
+    assert signed.proxy is not None
+    assert signed.proxy.rstrip("/") == proxy.url
+
+
+def test_no_proxy_and_no_variables_mean_no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in _PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    target = "http://127.0.0.1:9/bucket/key?X-Amz-Signature=abc"
+    assert s3direct.env_proxy(target) == (None, None)
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+    assert s3direct.env_proxy(target)[0] == "http://proxy.invalid:3128"
+    assert s3direct.env_proxy(target.replace("http:", "https:", 1)) == (None, None)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    assert s3direct.env_proxy(target) == (None, None)

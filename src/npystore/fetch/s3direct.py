@@ -21,11 +21,15 @@ its identity), a :class:`~npystore.fetch.RangeReader` reads its ranges over one
 - TLS is verified with the certificates botocore uses (its ``verify`` setting,
   ``AWS_CA_BUNDLE``, else certifi's bundle); a TLS failure hands the reader to botocore;
 - the session does not decompress (``Content-Encoding`` bodies are returned as stored, as
-  botocore does), honours proxy environment variables like botocore, and holds
-  :data:`DIRECT_CONNECTIONS` connections (``max_pool_connections`` when the filesystem's
-  ``config_kwargs`` set it): botocore's default of 10 would send the 36 chunk-index nodes of
-  one B-tree level in four waves of round trips. :func:`slots` gives the semaphore a read
-  holds one permit of per GET, as many as the session has connections.
+  botocore does) and holds :data:`DIRECT_CONNECTIONS` connections (``max_pool_connections``
+  when the filesystem's ``config_kwargs`` set it): botocore's default of 10 would send the 36
+  chunk-index nodes of one B-tree level in four waves of round trips. :func:`slots` gives the
+  semaphore a read holds one permit of per GET, as many as the session has connections;
+- proxy environment variables (``HTTPS_PROXY``, ``NO_PROXY``, ...) are honoured as
+  botocore honours them, looked up once per signed URL (:attr:`SignedUrl.proxy`), not per request:
+  aiohttp's ``trust_env`` would look them up, and ``~/.netrc``, in a worker thread on every
+  request (two thread hops, half the CPU of a small GET), and would add a netrc
+  ``Authorization`` header, which botocore never sends.
 
 The path is used only where it cannot change what a read returns: not for requester-pays
 buckets, SSE-C, extra request parameters (``s3_additional_kwargs``), custom TLS
@@ -65,6 +69,7 @@ __all__ = [
     "direct_enabled",
     "direct_get",
     "direct_url",
+    "env_proxy",
     "slots",
     "stream_into",
 ]
@@ -136,6 +141,11 @@ class SignedUrl:
         ``verify`` path, or certifi's bundle); None for the system's.
     events : object
         The client's event emitter (``client.meta.events``).
+    proxy : str or None
+        The proxy for :attr:`url` from the environment (aiohttp's reading of
+        ``HTTP(S)_PROXY``/``NO_PROXY``), None for none.
+    proxy_auth : aiohttp.BasicAuth or None
+        The proxy's credentials (from its URL or ``~/.netrc``).
     """
 
     url: str
@@ -144,6 +154,8 @@ class SignedUrl:
     timeouts: tuple[float, float]
     ca_bundle: str | None
     events: Any = field(compare=False, repr=False)
+    proxy: str | None = None
+    proxy_auth: Any = field(default=None, compare=False, repr=False)
 
     def fresh(self) -> bool:
         """Whether it may still be used (signed less than :data:`URL_REUSE` seconds ago)."""
@@ -215,8 +227,17 @@ async def direct_url(fs: Any, bucket: str, key: str, version: str | None) -> Sig
         request = AWSRequest(method="GET", url=bare)
         S3SigV4QueryAuth(frozen, "s3", region, expires=URL_EXPIRES).add_auth(request)
         url = request.url
+    # file IO (it may read ~/.netrc): off the loop, as aiohttp does
+    proxy, proxy_auth = await asyncio.to_thread(env_proxy, url)
     return SignedUrl(
-        url, time.monotonic(), connections, timeouts, ca_bundle or None, client.meta.events
+        url,
+        time.monotonic(),
+        connections,
+        timeouts,
+        ca_bundle or None,
+        client.meta.events,
+        proxy,
+        proxy_auth,
     )
 
 
@@ -232,6 +253,19 @@ async def slots(signed: SignedUrl) -> asyncio.Semaphore | None:
     """The semaphore of the session ``signed``'s GETs go over, one permit per connection
     (see :func:`npystore.fetch.remote.slots`). Call it on the loop."""
     return remote.slots(await _session(signed), signed.connections)
+
+
+def env_proxy(url: str) -> tuple[str | None, Any]:
+    """The proxy (and its credentials) the environment sets for ``url``, as aiohttp's
+    ``trust_env`` finds them; ``(None, None)`` for none."""
+    from aiohttp.helpers import get_env_proxy_for_url  # noqa: PLC0415 - with s3fs
+    from yarl import URL  # noqa: PLC0415 - aiohttp's dependency
+
+    try:
+        proxy, auth = get_env_proxy_for_url(URL(url, encoded=True))
+    except LookupError:  # none set, or NO_PROXY covers the host
+        return None, None
+    return str(proxy), auth
 
 
 async def direct_get(
@@ -277,7 +311,13 @@ async def direct_get(
     try:
         connect, read = signed.timeouts  # this client's (the session may be another's)
         timeout = aiohttp.ClientTimeout(sock_connect=connect, sock_read=read)
-        async with session.get(signed.url, headers=headers, timeout=timeout) as resp:
+        async with session.get(
+            signed.url,
+            headers=headers,
+            timeout=timeout,
+            proxy=signed.proxy,
+            proxy_auth=signed.proxy_auth,
+        ) as resp:
             status = resp.status
             response = {"status_code": status, "headers": resp.headers, "body": b""}
             if status in (200, 206):
@@ -365,7 +405,7 @@ async def _session(signed: SignedUrl) -> Any:
                 connector=aiohttp.TCPConnector(limit=signed.connections, ssl=context),
                 timeout=aiohttp.ClientTimeout(sock_connect=connect, sock_read=read),
                 auto_decompress=False,
-                trust_env=True,
+                trust_env=False,  # proxies: per signed URL (see the module doc)
                 skip_auto_headers=("User-Agent", "Accept-Encoding"),
             )
             by_key[key] = session
