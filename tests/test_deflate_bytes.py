@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import dask
 import numpy as np
 import pytest
 
@@ -52,6 +53,7 @@ def test_dask_compute_moves_the_compressed_bytes_once(
     np.testing.assert_array_equal(got, a)
     assert m.bytes <= 1.2 * csize, (m.bytes / csize, m.gets)
     if indexed:
+        inflate.wait_for_background()  # inflated whole for the compute, indexed after
         assert z.archive.index_slot("a.npy") is not None
         assert z.archive.index_slot("a.npy").get() is not None  # type: ignore[union-attr]
 
@@ -113,3 +115,99 @@ def test_a_changed_object_is_not_served_from_kept_bytes(s3: Any, tmp_path: Path)
     np.testing.assert_array_equal(
         npystore.open_npz(url, storage_options=s3.storage_options)["a"].compute(), b
     )
+
+
+# -- one pass for a first compute; read-ahead for a compute through a known index -----------
+
+
+def _large(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test member counts as large: chunk reads need its index."""
+    pytest.importorskip("indexed_gzip")
+    monkeypatch.setattr(inflate, "SMALL_MEMBER", 16 * 2**10)
+    monkeypatch.setattr(inflate, "HEAD_FRACTION", 10**9)
+
+
+def test_a_first_compute_inflates_the_member_once(
+    s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No index yet: the first chunk read inflates the member whole (one pass, checked),
+    the other chunks copy from it, the kept bytes go once every byte was read, and the
+    index is built in the background for later processes."""
+    _large(monkeypatch)
+    passes: list[str] = []
+    whole, build, resume = (
+        inflate.inflate_into,
+        inflate.build_index,
+        inflate.deflate.inflate_from_into,
+    )
+    monkeypatch.setattr(inflate, "inflate_into", lambda *a: passes.append("whole") or whole(*a))
+    monkeypatch.setattr(
+        inflate, "build_index", lambda *a, **k: passes.append("index") or build(*a, **k)
+    )
+    monkeypatch.setattr(
+        inflate.deflate,
+        "inflate_from_into",
+        lambda *a, **k: passes.append("resume") or resume(*a, **k),
+    )
+    url, a, csize = _member(s3, tmp_path)
+    z = npystore.open_npz(url, storage_options=s3.storage_options, chunks=(50_000,))
+    with s3.counter.measure() as m:
+        np.testing.assert_array_equal(z["a"].compute(), a)
+    inflate.wait_for_background()
+    assert passes == ["whole", "index"]  # no chunk inflated from a checkpoint
+    assert m.bytes <= 1.2 * csize
+    slot = z.archive.index_slot("a.npy")
+    assert slot is not None
+    assert slot.get() is not None
+    assert slot.inflated() is None  # every byte was read once: released
+
+
+def test_kept_members_are_bounded(s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _large(monkeypatch)
+    url, a, _ = _member(s3, tmp_path)
+    monkeypatch.setattr(memo, "KEEP_BUDGET", a.nbytes - 1)  # too big to keep: index first
+    z = npystore.open_npz(url, storage_options=s3.storage_options, chunks=(50_000,))
+    np.testing.assert_array_equal(z["a"][-10:].compute(), a[-10:])
+    slot = z.archive.index_slot("a.npy")
+    assert slot is not None
+    assert slot.inflated() is None
+    assert slot.get() is not None
+    monkeypatch.setattr(memo, "KEEP_BUDGET", 2 * a.nbytes)  # room for one member
+    kept = []
+    for name in ("b.npz", "c.npz"):
+        path = tmp_path / name
+        np.savez_compressed(path, a=a)
+        z2 = npystore.open_npz(s3.put_file(path, name), storage_options=s3.storage_options)
+        np.testing.assert_array_equal(z2["a"][-10:].compute(), a[-10:])  # a slice: kept
+        kept.append(z2.archive.index_slot("a.npy"))
+    assert kept[0].inflated() is None  # dropped for the second: the budget holds one
+    assert kept[1].inflated() is not None
+    inflate.wait_for_background()
+
+
+def test_a_compute_through_a_known_index_keeps_ranges_in_flight(
+    s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two scheduler threads would fetch two chunks' ranges at a time (one round trip
+    each); the read-ahead of a scan keeps more in flight, and moves each byte once."""
+    _large(monkeypatch)
+    monkeypatch.setattr(memo, "PART", 64 * 2**10)
+    monkeypatch.setattr(memo, "AHEAD_MIN", 256 * 2**10)
+    url, a, csize = _member(s3, tmp_path, 2_000_000)
+    z = npystore.open_npz(url, storage_options=s3.storage_options, chunks=(125_000,))
+    z.build_index("a")
+    memo.forget()  # as a later process with the persisted index: nothing kept
+    with dask.config.set(scheduler="threads", num_workers=2), s3.counter.measure() as m:
+        np.testing.assert_array_equal(z["a"].compute(), a)
+    assert m.bytes <= 1.2 * csize, m.bytes / csize
+    assert m.max_in_flight > 2, m
+    memo.forget()
+    with s3.counter.measure() as m:  # one slice reads its checkpoint range, nothing more
+        np.testing.assert_array_equal(z["a"][1_000_000:1_000_100].compute(), a[1_000_000:1_000_100])
+    slot = z.archive.index_slot("a.npy")
+    assert slot is not None
+    index = slot.get()
+    assert index is not None
+    at = z.info("a").data_offset + 8 * 1_000_000
+    _, start, stop = index.locate(at, at + 800)
+    assert m.bytes <= stop - start + 2 * memo.GRAIN, (m.bytes, stop - start)

@@ -16,16 +16,19 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import logging
 import os
 import threading
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, NoReturn
 
 from npystore.errors import ConsistencyError, FetchError, FormatError
 from npystore.fetch import RangeReader, read_cache_file, write_cache_file
 from npystore.formats import deflate
 from npystore.formats.deflate import DeflateIndex
+from npystore.read import memo
 from npystore.read.layout import DeflatedMember, IndexSlot
 from npystore.read.memo import MEMO_MEMBER, compressed_range
 
@@ -35,6 +38,8 @@ __all__ = [
     "build_or_load_index",
     "index_cache_path",
     "index_builder_name",
+    "load_cached_index",
+    "wait_for_background",
     "inflate_into",
     "inflate_range",
     "inflate_range_into",
@@ -50,9 +55,17 @@ HEAD_FRACTION: Final = 8
 #: Members with at most this many compressed bytes are inflated from their start (one read,
 #: a few milliseconds) rather than indexed.
 SMALL_MEMBER: Final = STREAM_BLOCK
+#: Members inflating to at most this many bytes are inflated whole, and kept until read, when
+#: a chunk read finds no index (see :func:`_index_or_whole`).
+KEEP_MEMBER: Final = 256 * 2**20
 #: A pass from the start that stops at most this many bytes before the member's end goes on
 #: to the end, so that it checks the CRC-32 (bytes some writers leave after the array data).
 TAIL: Final = 64 * 2**10
+
+
+_log = logging.getLogger(__name__)
+_BACKGROUND: ThreadPoolExecutor | None = None
+_BACKGROUND_LOCK = threading.Lock()
 
 
 class _CompressedBlocks:
@@ -260,27 +273,38 @@ def index_cache_path(reader: RangeReader, member: DeflatedMember, cache_dir: str
     return os.path.join(cache_dir, f"{digest}.dflidx")
 
 
+def load_cached_index(
+    reader: RangeReader, member: DeflatedMember, cache_dir: str | None
+) -> DeflateIndex | None:
+    """The member's index from the local cache, when there is one for this object."""
+    if cache_dir is None:
+        return None
+    path = index_cache_path(reader, member, cache_dir)
+    data = read_cache_file(path)
+    if data is None:
+        return None
+    try:
+        cached = DeflateIndex.from_bytes(data, source=path)
+    except FormatError:
+        return None  # a damaged cache entry: rebuilt by the caller
+    if (cached.compressed_size, cached.uncompressed_size) != (
+        member.compressed_size,
+        member.uncompressed_size,
+    ):
+        return None
+    return cached
+
+
 def build_or_load_index(
     reader: RangeReader, member: DeflatedMember, cache_dir: str | None
 ) -> DeflateIndex | None:
     """The member's index from the local cache, else built (and then cached)."""
-    if cache_dir is None:
-        return build_index(reader, member)
-    path = index_cache_path(reader, member, cache_dir)
-    data = read_cache_file(path)
-    if data is not None:
-        try:
-            cached = DeflateIndex.from_bytes(data, source=path)
-        except FormatError:
-            cached = None  # a damaged cache entry: rebuild it below
-        if cached is not None and (cached.compressed_size, cached.uncompressed_size) == (
-            member.compressed_size,
-            member.uncompressed_size,
-        ):
-            return cached
+    cached = load_cached_index(reader, member, cache_dir)
+    if cached is not None:
+        return cached
     index = build_index(reader, member)
-    if index is not None:
-        write_cache_file(path, index.to_bytes())
+    if index is not None and cache_dir is not None:
+        write_cache_file(index_cache_path(reader, member, cache_dir), index.to_bytes())
     return index
 
 
@@ -408,15 +432,75 @@ def inflate_into(reader: RangeReader, member: DeflatedMember, out: memoryview) -
     _check_full_pass(f"{reader.url}:{member.name}", member, member.uncompressed_size, crc, adler)
 
 
+def _index_or_whole(
+    reader: RangeReader, member: DeflatedMember, slot: IndexSlot
+) -> DeflateIndex | None:
+    """What a chunk read of a member with no index yet in this process uses: the index from
+    the cache, else for a member of at most :data:`KEEP_MEMBER` bytes (whose compressed
+    bytes :mod:`npystore.read.memo` keeps) the whole member inflated once and kept until
+    its bytes have been read (``None``; the index is then built in the background and
+    cached, for later processes), else the index built now.
+
+    A dask compute of a member with no index would otherwise pass over it twice: once to
+    build the index, once more, chunk by chunk, from its checkpoints.
+    """
+    if slot.inflated() is not None:  # another chunk's call kept it
+        return None
+    cached = load_cached_index(reader, member, slot.cache_dir)
+    if cached is not None:
+        return cached
+    size = member.uncompressed_size
+    if size > KEEP_MEMBER or member.compressed_size > MEMO_MEMBER or not memo.make_room(size):
+        return build_or_load_index(reader, member, slot.cache_dir)
+    whole = bytearray(size)
+    inflate_into(reader, member, memoryview(whole))  # checks the CRC-32
+    slot.keep(whole, until_read=True)
+    memo.held(slot, size)
+    if index_builder_name() is not None:
+        _background().submit(_build_later, reader, member, slot)
+    return None
+
+
+def _background() -> ThreadPoolExecutor:
+    """The one thread that builds indexes of members inflated whole (see
+    :func:`_index_or_whole`)."""
+    global _BACKGROUND  # noqa: PLW0603 - made on first use
+    with _BACKGROUND_LOCK:
+        if _BACKGROUND is None:
+            _BACKGROUND = ThreadPoolExecutor(1, thread_name_prefix="npystore-index")
+        return _BACKGROUND
+
+
+def wait_for_background() -> None:
+    """Wait until the indexes being built in the background are built (and cached)."""
+    with _BACKGROUND_LOCK:
+        pool = _BACKGROUND
+    if pool is not None:
+        pool.submit(lambda: None).result()  # one thread, in order: everything before is done
+
+
+def _build_later(reader: RangeReader, member: DeflatedMember, slot: IndexSlot) -> None:
+    try:
+        slot.ensure(functools.partial(build_or_load_index, reader, member, slot.cache_dir))
+    except (FormatError, FetchError, OSError) as exc:
+        # the member was just inflated and checked whole, so this is the store or the
+        # cache directory: the read that needs the index builds it again and raises then
+        _log.warning(
+            "%s:%s: building the checkpoint index failed: %s", reader.url, member.name, exc
+        )
+
+
 def inflate_range_into(
     reader: RangeReader, member: DeflatedMember, slot: IndexSlot, start: int, out: memoryview
 ) -> None:
     """Fill ``out`` with uncompressed bytes ``[start, start + len(out))`` of a member.
 
-    Uses the member's index, building it first (once per process) if an index builder is
-    installed; without one, for a small member (:data:`SMALL_MEMBER`), or for a range in
-    the first ``1 / HEAD_FRACTION`` of a member not indexed yet, inflates sequentially from
-    the start.
+    Uses the member's index: from the cache, else for a member of at most
+    :data:`KEEP_MEMBER` bytes the member is inflated whole once and kept until read (the
+    index built in the background, for later processes), else the index is built first
+    (once per process) if an index builder is installed; without one, for a small member
+    (:data:`SMALL_MEMBER`), or for a range in the first ``1 / HEAD_FRACTION`` of a member
+    not indexed yet, inflates sequentially from the start.
 
     Every pass over the whole member checks its CRC-32 (ZIP) or Adler-32 (zlib): building
     the index, and a sequential pass whose range ends within :data:`TAIL` bytes of the
@@ -434,9 +518,7 @@ def inflate_range_into(
         raise ValueError(f"range [{start}, {stop}) outside {member.uncompressed_size} bytes")
     if start == stop:
         return
-    kept = slot.inflated()
-    if kept is not None:
-        out[:] = memoryview(kept)[start:stop]
+    if slot.serve(start, out):
         return
     if member.compressed_size <= SMALL_MEMBER or (
         slot.get() is None and stop <= member.uncompressed_size // HEAD_FRACTION
@@ -445,7 +527,9 @@ def inflate_range_into(
         # inflate from the start than to index first (an index is a whole pass)
         index = slot.get()
     else:
-        index = slot.ensure(functools.partial(build_or_load_index, reader, member, slot.cache_dir))
+        index = slot.ensure(functools.partial(_index_or_whole, reader, member, slot))
+        if index is None and slot.serve(start, out):
+            return
     if index is None:
         # a pass that ends near the member's end goes on to it, and checks the checksum
         sums = _stream(reader, member, out, start, to_end=member.uncompressed_size - stop <= TAIL)
@@ -456,7 +540,7 @@ def inflate_range_into(
             )
         return
     checkpoint, byte_start, byte_stop = index.locate(start, stop)
-    compressed = compressed_range(reader, member, byte_start, byte_stop)
+    compressed = compressed_range(reader, member, byte_start, byte_stop, read_ahead=True)
     deflate.inflate_from_into(
         checkpoint,
         compressed,

@@ -18,7 +18,7 @@ import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 
@@ -117,6 +117,11 @@ class DeflatedMember:
     sized_by: str = "the ZIP directory"
 
 
+#: Bytes of a member kept ``until_read`` that may stay unread when it is released (its npy
+#: header: chunk reads start at the array data).
+UNREAD_SLACK: Final = 64 * 2**10
+
+
 class IndexSlot:
     """A member's checkpoint index: empty until built, built at most once per process.
 
@@ -130,15 +135,40 @@ class IndexSlot:
         #: Local directory where indexes are kept between processes and sessions (or None).
         self.cache_dir = cache_dir
         self._lock = threading.Lock()
-        self._inflated: bytes | None = None
+        self._inflated: bytes | bytearray | None = None
+        #: With ``until_read``: output bytes still to be served before the kept bytes go.
+        self._unread: int | None = None
+        self._unread_lock = threading.Lock()  # not ``_lock``: an index build holds that
 
-    def keep(self, inflated: bytes) -> None:
-        """Keep the whole member's inflated (and checked) bytes for reads in this process."""
+    def keep(self, inflated: bytes | bytearray, *, until_read: bool = False) -> None:
+        """Keep the whole member's inflated (and checked) bytes for reads in this process;
+        with ``until_read``, only until all but :data:`UNREAD_SLACK` of them have been
+        served (:meth:`serve`: a dask compute reads each chunk once; the npy header before
+        the array data is read otherwise) or :meth:`drop`."""
         self._inflated = inflated
+        self._unread = len(inflated) - UNREAD_SLACK if until_read else None
 
-    def inflated(self) -> bytes | None:
+    def inflated(self) -> bytes | bytearray | None:
         """The member's inflated bytes, when kept in this process (:meth:`keep`)."""
         return self._inflated
+
+    def serve(self, start: int, out: memoryview) -> bool:
+        """Copy kept output ``[start, start + len(out))`` into ``out``; False when nothing
+        is kept."""
+        kept = self._inflated
+        if kept is None:
+            return False
+        out[:] = memoryview(kept)[start : start + out.nbytes]
+        with self._unread_lock:
+            if self._unread is not None:
+                self._unread -= out.nbytes
+                if self._unread <= 0:
+                    self._inflated = self._unread = None
+        return True
+
+    def drop(self) -> None:
+        """Forget the kept output (memory budget)."""
+        self._inflated = self._unread = None
 
     def __reduce__(self) -> tuple[Callable[..., IndexSlot], tuple[Any, ...]]:
         return (IndexSlot, (self._index, self.cache_dir))
