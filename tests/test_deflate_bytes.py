@@ -211,3 +211,27 @@ def test_a_compute_through_a_known_index_keeps_ranges_in_flight(
     at = z.info("a").data_offset + 8 * 1_000_000
     _, start, stop = index.locate(at, at + 800)
     assert m.bytes <= stop - start + 2 * memo.GRAIN, (m.bytes, stop - start)
+
+
+def test_a_fetch_that_is_done_at_once_settles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transport may finish a read before ``start_readinto`` returns (the future is done
+    when the memo registers its callback, which then runs in the reading thread)."""
+    from concurrent.futures import Future
+
+    from npystore.fetch import RangeReader
+
+    def at_once(self: RangeReader, requests: Any, **kw: Any) -> Future[None]:
+        self.readinto_many(requests)
+        done: Future[None] = Future()
+        done.set_result(None)
+        return done
+
+    monkeypatch.setattr(RangeReader, "start_readinto", at_once)
+    a = np.arange(300_000, dtype="<f8") % 7
+    path = tmp_path / "d.npz"
+    np.savez_compressed(path, a=a)
+    z = npystore.open_npz(str(path), chunks=(50_000,))
+    np.testing.assert_array_equal(z["a"].compute(), a)
+    np.testing.assert_array_equal(z["a"][-10:].compute(), a[-10:])

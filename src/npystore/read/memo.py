@@ -87,7 +87,8 @@ class _Kept:
         self.buf: np.ndarray[Any, np.dtype[np.uint8]] = np.zeros(size, np.uint8)
         self.size = size
         self.grains: dict[int, Future[None] | bool] = {}
-        self.lock = threading.Lock()
+        # reentrant: a fetch that is done at once (a local read) settles from within fetch()
+        self.lock = threading.RLock()
         #: Set when a read continued another one: chunk tasks are scanning the member.
         self.scanning = False
 
