@@ -101,6 +101,13 @@ def test_zarr_missing(files: dict[str, Path], tmp_path: Path) -> None:
     assert line.endswith("pip install 'npystore[zarr]'\n")
 
 
+def test_virtualizarr_missing() -> None:
+    name, extra, message = _library(["virtualizarr"], "import npystore.virtualizarr")
+    assert (name, extra) == ("virtualizarr", "virtualizarr")
+    assert message.startswith("npystore's VirtualiZarr parser needs virtualizarr")
+    assert message.endswith("pip install 'npystore[virtualizarr]'")
+
+
 def test_h5py_missing_for_v73_files(files: dict[str, Path]) -> None:
     path = str(files["v73"])
     for call in (f"npystore.open_mat({path!r})", f"npystore.open({path!r})"):
