@@ -603,6 +603,26 @@ def test_refs_output_to_any_fsspec_url(tmp_path: Path, capsys: pytest.CaptureFix
     assert refs == npystore.to_kerchunk(str(path))
 
 
+def test_refs_zarr_format_and_chunks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.npz"
+    arrays = {"a": np.arange(60, dtype="<i4").reshape(20, 3), "b": np.arange(20.0)}
+    np.savez(path, **arrays)
+    code, out, _ = run(capsys, "refs", str(path), "--chunks", "5")
+    assert code == 0
+    assert json.loads(out) == npystore.to_kerchunk(str(path), chunks=5)
+    assert json.loads(json.loads(out)["refs"]["a/.zarray"])["chunks"] == [5, 3]
+    np.save(tmp_path / "a.npy", arrays["a"])
+    code, out, _ = run(capsys, "refs", str(tmp_path / "a.npy"), "--chunks", "10,-1",
+                       "--zarr-format", "3")  # fmt: skip
+    assert code == 0
+    refs = json.loads(out)
+    assert refs == npystore.to_kerchunk(str(tmp_path / "a.npy"), chunks=(10, -1), zarr_format=3)
+    assert sorted(k for k in refs["refs"] if k.startswith("c/")) == ["c/0/0", "c/1/0"]
+    code, _, err = run(capsys, "refs", str(path), "--chunks", "10,-1")
+    assert code != 0
+    assert "chunks=(10, -1) has 2 lengths" in err
+
+
 def test_refs_reports_zarr_warnings_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -610,7 +630,9 @@ def test_refs_reports_zarr_warnings_in_one_line(
     np.save(path, np.zeros(3, dtype=[("a", "<i4"), ("b", "<f8")]))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing escapes as a raw warning
-        code, _, err = run(capsys, "refs", str(path), "-o", str(tmp_path / "s.json"))
+        code, _, err = run(
+            capsys, "refs", str(path), "--zarr-format", "3", "-o", str(tmp_path / "s.json")
+        )
     assert code == 0, err
     lines = [line for line in err.splitlines() if line.startswith("npystore: warning")]
     assert len(lines) == 1

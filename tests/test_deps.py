@@ -84,18 +84,28 @@ def test_zarr_missing(files: dict[str, Path], tmp_path: Path) -> None:
     npy = str(files["a"])
     for call in (
         f"npystore.open_store({npy!r})",
-        f"npystore.to_kerchunk({npy!r})",
+        f"npystore.to_kerchunk({npy!r}, zarr_format=3)",
         "import npystore.faces.zarr.dtypes",
     ):
         name, extra, message = _library(["zarr"], call)
         assert (name, extra) == ("zarr", "zarr"), call
         assert "needs zarr, which is not installed or cannot be imported" in message
         assert message.endswith("install it with: pip install 'npystore[zarr]'")
+    # kerchunk's Zarr v2 form is plain JSON: it needs no zarr
+    done = _blocked(["zarr"], f"import npystore\nprint(len(npystore.to_kerchunk({npy!r})['refs']))")
+    assert (done.returncode, done.stdout.strip()) == (0, "5"), done.stderr
     _, _, message = _library(["zarr"], "from npystore.tools.convert import convert")
     assert message.startswith("converting to Zarr (npystore convert) needs zarr")
     line = _command(["zarr"], ["convert", npy, str(tmp_path / "out.zarr")])
     assert line.startswith(f"npystore: error: {npy}: converting to Zarr (npystore convert) needs")
     assert line.endswith("pip install 'npystore[zarr]'\n")
+
+
+def test_virtualizarr_missing() -> None:
+    name, extra, message = _library(["virtualizarr"], "import npystore.virtualizarr")
+    assert (name, extra) == ("virtualizarr", "virtualizarr")
+    assert message.startswith("npystore's VirtualiZarr parser needs virtualizarr")
+    assert message.endswith("pip install 'npystore[virtualizarr]'")
 
 
 def test_h5py_missing_for_v73_files(files: dict[str, Path]) -> None:

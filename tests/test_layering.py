@@ -2,7 +2,8 @@
 
 The folders are the layers, and imports go one way, down:
 ``tools -> faces -> files -> read -> fetch -> formats`` (``errors`` everywhere; the
-top-level ``__init__``, ``__main__`` and ``api`` above them all; ``testing/`` beside).
+top-level ``__init__``, ``__main__``, ``api`` and ``virtualizarr`` above them all;
+``testing/`` beside).
 
 - ``formats/`` is pure (no fsspec/dask/zarr/IO): stdlib, numpy, codecs (isal, zlib_ng),
   scipy.sparse (lazily, for MATLAB sparse values) and npystore's errors/formats.
@@ -33,7 +34,12 @@ PACKAGE = Path(npystore.__file__).parent
 #: The layers, lowest first: a module imports npystore modules of its own layer or below.
 LAYERS = ("formats", "fetch", "read", "files", "faces", "tools")
 #: Top-level modules: errors below everything, the public entry points above.
-TOP = {"__init__.py": len(LAYERS), "__main__.py": len(LAYERS), "api.py": len(LAYERS)}
+TOP = {
+    "__init__.py": len(LAYERS),
+    "__main__.py": len(LAYERS),
+    "api.py": len(LAYERS),
+    "virtualizarr.py": len(LAYERS),  # the public path of the VirtualiZarr parser
+}
 H5PY = {"files/mat/hdf5.py", "files/mat/h5safe.py", "files/mat/v73.py", "read/h5decode.py"}
 FSSPEC_SUBCLASSES = {"faces/npzfs.py"}
 STDLIB = set(sys.stdlib_module_names)

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from npystore.api import load, open, open_npy, read_header, sniff
     from npystore.faces.matfile import MatFile, open_mat
     from npystore.faces.npz import NpzFile, open_npz
-    from npystore.faces.stores import open_store, to_kerchunk
+    from npystore.faces.refs import to_kerchunk
+    from npystore.faces.stores import open_store
     from npystore.files.mat.tree import MatInfo, MatlabObject, MatStruct
     from npystore.formats.npy import NpyHeader
 
@@ -55,7 +56,7 @@ _LAZY: dict[str, str] = {
     "NpzFile": "npystore.faces.npz",
     "open_npz": "npystore.faces.npz",
     "open_store": "npystore.faces.stores",
-    "to_kerchunk": "npystore.faces.stores",
+    "to_kerchunk": "npystore.faces.refs",
 }
 
 

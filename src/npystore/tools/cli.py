@@ -59,7 +59,17 @@ def _info_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, out: 
 def _refs_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, out: TextIO) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        refs = npystore.to_kerchunk(args.url, storage_options=options)
+        chunks = None if args.chunks is None else chunk_spec(args.chunks)
+        if isinstance(chunks, tuple) and len(chunks) == 1:
+            chunks = chunks[0]  # one length: every axis, every member (as an int in the API)
+        try:
+            refs = npystore.to_kerchunk(
+                args.url, storage_options=options, zarr_format=args.zarr_format, chunks=chunks
+            )
+        except ValueError as exc:
+            if isinstance(exc, NpystoreError):  # malformed input: reported as such
+                raise
+            raise CliError(f"--chunks: {exc}") from exc  # a chunk spec Zarr cannot hold
     _say_warnings(caught)
     text = json.dumps(refs, indent=None if args.output else 2)
     if args.output in (None, "-"):
@@ -198,6 +208,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="storage option for the output URL only (default: those of --storage-option)",
     )
     p.add_argument("--out-storage-options-json", metavar="JSON")
+    p.add_argument(
+        "--zarr-format",
+        type=int,
+        choices=(2, 3),
+        default=2,
+        help="2: kerchunk's Zarr v2 form (default, for MultiZarrToZarr and "
+        'engine="kerchunk"); 3: the Zarr v3 documents of open_store',
+    )
+    p.add_argument(
+        "--chunks",
+        metavar="SPEC",
+        help="chunks as in open_npy: lengths per axis (1000,-1), one length for every axis, "
+        "auto, or a size (16MiB) (default: chosen so that byte ranges carry the data)",
+    )
     p.set_defaults(run=_refs_cmd)
 
     p = sub.add_parser("convert", parents=[common], help="write a Zarr v3 store")

@@ -22,7 +22,7 @@ __all__ = ["file_nodes"]
 
 def file_nodes(reader: RangeReader, *, max_header_size: int, max_members: int) -> dict[str, Node]:
     """The tree of the file behind ``reader``: path -> array or group node, as
-    :func:`~npystore.faces.stores.open_store` serves it, :func:`~npystore.faces.stores.to_kerchunk`
+    :func:`~npystore.faces.stores.open_store` serves it, :func:`~npystore.faces.refs.to_kerchunk`
     references it and ``convert`` writes it."""
     found = sniff_reader(reader)
     prefix, kind = found.prefix, found.kind

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import quote
 
-from npystore.read.access import LayoutArray
+import numpy as np
+
+from npystore.read.access import LayoutArray, read_selection
 from npystore.read.layout import contiguous_chunks
 
 __all__ = ["CHUNK_TARGET", "MAX_NODE_NAME", "ArrayNode", "GroupNode", "Node", "node_name"]
@@ -105,6 +107,23 @@ class ArrayNode:
     def chunk_nbytes(self) -> int:
         """Bytes of one full (padded) chunk."""
         return math.prod(self.chunks()) * self.array.layout.dtype.itemsize
+
+    def chunk_bytes(self, index: tuple[int, ...]) -> bytes:
+        """The values of chunk ``index`` (grid position): the full chunk in the layout's
+        order and stored dtype, an edge chunk zero-padded to the full chunk shape (as Zarr
+        stores edge chunks)."""
+        layout = self.array.layout
+        chunks = self.chunks()
+        sel = tuple(
+            (i * c, min(c, n - i * c), 1)
+            for i, c, n in zip(index, chunks, layout.shape, strict=True)
+        )
+        data = read_selection(self.array.reader, layout, sel)
+        if all(count == c for (_, count, _), c in zip(sel, chunks, strict=True)):
+            return data.tobytes(order=layout.order)
+        padded = np.zeros(chunks, dtype=layout.dtype, order=layout.order)
+        padded[tuple(slice(0, count) for _, count, _ in sel)] = data
+        return padded.tobytes(order=layout.order)
 
 
 @dataclass(frozen=True)

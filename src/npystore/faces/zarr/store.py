@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -45,14 +45,16 @@ except ImportError as exc:
 
 from npystore.faces.tree.nodes import MAX_NODE_NAME, ArrayNode, GroupNode, Node, node_name
 from npystore.faces.zarr.dtypes import zarr_dtype_for
-from npystore.read.access import read_selection
 
 __all__ = ["MAX_NODE_NAME", "ArrayNode", "GroupNode", "LayoutStore", "node_name"]
 
 _META: Final = "zarr.json"
 
 
-def _array_metadata(node: ArrayNode) -> ArrayV3Metadata:
+def _array_metadata(node: ArrayNode, filters: Sequence[Mapping[str, Any]] = ()) -> ArrayV3Metadata:
+    """The ``zarr.json`` of an array node; ``filters`` are bytes-to-bytes codecs after the
+    ``bytes`` codec (numcodecs ``{"name": "numcodecs.zlib", ...}``, for references to chunks
+    stored filtered)."""
     layout = node.array.layout
     if layout.dtype.hasobject:
         raise UnsupportedError(
@@ -70,6 +72,7 @@ def _array_metadata(node: ArrayNode) -> ArrayV3Metadata:
         codecs.append({"name": "bytes", "configuration": {"endian": endian}})
     else:
         codecs.append({"name": "bytes"})
+    codecs.extend(dict(f) for f in filters)
     return ArrayV3Metadata(
         shape=layout.shape,
         data_type=zdtype,
@@ -95,6 +98,10 @@ class LayoutStore(Store):
         The hierarchy: ``""`` is the root; other paths are ``/``-separated node names.
     url : str
         The file's URL (for ``repr``, equality and messages).
+    filters : mapping of str to sequence of mapping, optional
+        Per array path, bytes-to-bytes codecs after the ``bytes`` codec (in the metadata
+        only: the kerchunk references of chunks stored filtered; this store's own chunks
+        are always unfiltered).
     """
 
     supports_writes: bool = False
@@ -102,7 +109,14 @@ class LayoutStore(Store):
     supports_partial_writes: bool = False  # type: ignore[assignment]
     supports_listing: bool = True
 
-    def __init__(self, nodes: Mapping[str, Node], *, url: str, read_only: bool = True) -> None:
+    def __init__(
+        self,
+        nodes: Mapping[str, Node],
+        *,
+        url: str,
+        read_only: bool = True,
+        filters: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    ) -> None:
         if not read_only:
             raise UnsupportedError(f"{url}: npystore stores are read-only")
         super().__init__(read_only=True)
@@ -115,6 +129,7 @@ class LayoutStore(Store):
             if any(p in ("", ".", "..") for p in parts):
                 raise ValueError(f"unsafe node path {path!r}")
         self._metadata: dict[str, bytes] = {}
+        self._filters = dict(filters or {})
 
     # -- identity --------------------------------------------------------------------------
 
@@ -139,16 +154,18 @@ class LayoutStore(Store):
         return f"LayoutStore({self.url!r}, arrays={arrays})"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "nodes": self._nodes}
+        return {"url": self.url, "nodes": self._nodes, "filters": self._filters}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["nodes"], url=state["url"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["nodes"], url=state["url"], filters=state.get("filters")
+        )
 
     def with_read_only(self, read_only: bool = False) -> LayoutStore:
         """The same store; asking for a writable one raises :class:`UnsupportedError`."""
         if not read_only:
             raise UnsupportedError(f"{self.url}: npystore stores are read-only")
-        return LayoutStore(self._nodes, url=self.url)
+        return LayoutStore(self._nodes, url=self.url, filters=self._filters)
 
     # -- metadata --------------------------------------------------------------------------
 
@@ -159,7 +176,11 @@ class LayoutStore(Store):
         node = self._nodes[path]
         proto = default_buffer_prototype()
         if isinstance(node, ArrayNode):
-            doc = _array_metadata(node).to_buffer_dict(proto)[_META].to_bytes()
+            doc = (
+                _array_metadata(node, self._filters.get(path, ()))
+                .to_buffer_dict(proto)[_META]
+                .to_bytes()
+            )
         else:
             consolidated = None
             if path == "":
@@ -168,7 +189,7 @@ class LayoutStore(Store):
                     if p == "":
                         continue
                     members[p] = (
-                        _array_metadata(n)
+                        _array_metadata(n, self._filters.get(p, ()))
                         if isinstance(n, ArrayNode)
                         else GroupMetadata(attributes=dict(n.attributes), zarr_format=3)
                     )
@@ -216,20 +237,6 @@ class LayoutStore(Store):
         chunks = node.chunks()
         return tuple(math.ceil(n / c) for n, c in zip(node.array.layout.shape, chunks, strict=True))
 
-    def _chunk_bytes(self, node: ArrayNode, index: tuple[int, ...]) -> bytes:
-        layout = node.array.layout
-        chunks = node.chunks()
-        sel = tuple(
-            (i * c, min(c, n - i * c), 1)
-            for i, c, n in zip(index, chunks, layout.shape, strict=True)
-        )
-        data = read_selection(node.array.reader, layout, sel)
-        if all(count == c for (_, count, _), c in zip(sel, chunks, strict=True)):
-            return data.tobytes(order=layout.order)
-        padded = np.zeros(chunks, dtype=layout.dtype, order=layout.order)
-        padded[tuple(slice(0, count) for _, count, _ in sel)] = data
-        return padded.tobytes(order=layout.order)
-
     def _value(self, key: str) -> bytes | None:
         where = self._resolve(key)
         if where is None:
@@ -240,7 +247,7 @@ class LayoutStore(Store):
         node = self._nodes[path]
         if not isinstance(node, ArrayNode):  # pragma: no cover - _resolve checked it
             return None
-        return self._chunk_bytes(node, index)
+        return node.chunk_bytes(index)
 
     # -- the read side of the Store contract ------------------------------------------------
 

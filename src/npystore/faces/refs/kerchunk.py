@@ -1,0 +1,244 @@
+"""Kerchunk references (:func:`to_kerchunk`): a file's tree as kerchunk version-1 JSON.
+
+Zarr v2 form (the default, what kerchunk's own tools combine and ``engine="kerchunk"``
+opens): a root group; an ``.npy`` file's array is ``data`` with dimensions ``dim_0, ...``;
+an ``.npz`` member is an array named by its key (made safe by
+:func:`~npystore.faces.tree.node_name`) with dimensions ``{key}_dim_{i}``; a MAT-file
+variable an array in MATLAB's shape with dimensions ``{name}_dim_{i}`` (Fortran order:
+``order: "F"``), structs, cells and sparse matrices groups as in the Zarr store. Dimension
+names go in ``_ARRAY_DIMENSIONS``, chunk keys use ``.``, ``fill_value`` is ``null``.
+
+Zarr v3 form (``zarr_format=3``): the documents of :func:`npystore.open_store` (an ``.npy``
+is the root array), chunk keys ``c/i/j``. Which chunks are ranges and which are inlined is
+decided once, by :func:`~npystore.faces.refs.plan.plan_array`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+from urllib.parse import unquote
+
+import numpy as np
+
+from npystore.errors import UnsupportedError
+from npystore.faces.dask import ChunksSpec
+from npystore.faces.refs.plan import ArrayRefs, plan_array
+from npystore.faces.tree import ArrayNode, GroupNode, Node, file_nodes
+from npystore.fetch import RangeReader, open_reader
+from npystore.files.zip import DEFAULT_MAX_MEMBERS
+from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
+
+__all__ = ["NPY_ARRAY", "open_tree", "plan_tree", "to_kerchunk", "variable_name"]
+
+#: Name of an ``.npy`` file's array in the references' root group.
+NPY_ARRAY = "data"
+
+
+def to_kerchunk(
+    url: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    zarr_format: Literal[2, 3] = 2,
+    chunks: ChunksSpec = None,
+    max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
+    max_members: int = DEFAULT_MAX_MEMBERS,
+) -> dict[str, Any]:
+    """Kerchunk version-1 references for a file (a plain JSON-serialisable dict).
+
+    Chunks are ``[url, offset, length]`` references into the original file wherever a
+    byte range holds them: the chunk shape is chosen for that (see
+    :mod:`npystore.faces.refs.plan`): at most 16 MiB contiguous chunks whose length
+    divides the leading axis, or 512 KiB chunks with a small inlined last chunk; MAT v7.3
+    variables keep their HDF5 chunks, with deflate, shuffle and fletcher32 as numcodecs
+    ``zlib``, ``shuffle`` and ``fletcher32`` filters. Values no byte range holds
+    (deflated ``.npz`` members, compressed v5 variables, HDF5 compact data, text) are
+    inlined as ``base64:`` strings, at most 4 MiB per array; larger ones are refused
+    (convert them to Zarr with ``npystore convert``).
+
+    Open the result with kerchunk's tools (``MultiZarrToZarr``), with
+    ``xarray.open_dataset(refs, engine="kerchunk")``, or with fsspec's reference file
+    system and zarr (see the Zarr how-to).
+
+    Parameters
+    ----------
+    url : str
+        Local path or any fsspec URL.
+    storage_options : mapping, optional
+        Filesystem options, as fsspec's ``storage_options``.
+    zarr_format : {2, 3}
+        2 (default): kerchunk's conventional Zarr v2 form, a group whose arrays carry
+        ``_ARRAY_DIMENSIONS``. 3: Zarr v3 documents, as :func:`npystore.open_store` serves.
+    chunks : chunk spec, optional
+        ``None``: chosen for references. Otherwise as in :func:`npystore.open_npy`
+        (``"auto"``, an int for every axis, a tuple, a dict); an int or ``"auto"`` applies
+        to every member of an ``.npz``. Chunks must be regular (equal, the last smaller);
+        chunks that are not one byte range are inlined (at most 4 MiB per array). HDF5
+        chunked variables keep the file's chunks.
+    max_header_size : int
+        Largest npy header accepted.
+    max_members : int
+        Most members an ``.npz`` archive may declare (default 1,000,000).
+
+    Returns
+    -------
+    dict
+        ``{"version": 1, "refs": {...}}``.
+
+    Raises
+    ------
+    UnsupportedError
+        An array that needs more inlined bytes than allowed (the message says why), an
+        open file object instead of a URL, or an archive with more than ``max_members``
+        members.
+    ValueError
+        ``zarr_format`` other than 2 or 3, or chunks Zarr cannot hold.
+
+    Examples
+    --------
+    >>> import numpy as np, npystore
+    >>> np.save("/tmp/doc_refs.npy", np.arange(7, dtype="<i4"))
+    >>> refs = npystore.to_kerchunk("/tmp/doc_refs.npy")
+    >>> refs["refs"]["data/0"][1:]
+    [128, 28]
+    """
+    if zarr_format not in (2, 3):
+        raise ValueError(f"zarr_format must be 2 or 3, got {zarr_format!r}")
+    reader, nodes = open_tree(url, storage_options, max_header_size, max_members)
+    target = reader.fs.unstrip_protocol(reader.path)
+    plans = plan_tree(nodes, chunks=chunks)
+    if zarr_format == 2:
+        refs = _v2_refs(nodes, plans, target)
+    else:
+        refs = _v3_refs(nodes, plans, target, reader.url)
+    result = {"version": 1, "refs": refs}
+    json.dumps(result)  # fail here, not in the caller, if anything is not JSON
+    return result
+
+
+def open_tree(
+    url: str,
+    storage_options: Mapping[str, Any] | None,
+    max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
+    max_members: int = DEFAULT_MAX_MEMBERS,
+) -> tuple[RangeReader, dict[str, Node]]:
+    """The reader and tree of the file at ``url``; open file objects are refused
+    (references point into a file by its URL)."""
+    reader = open_reader(url, storage_options)
+    if reader.source is not None:
+        raise UnsupportedError(
+            f"{reader.url}: kerchunk references point into a file by its URL; pass the "
+            f"file's path or URL, not an open file object"
+        )
+    return reader, file_nodes(reader, max_header_size=max_header_size, max_members=max_members)
+
+
+def plan_tree(
+    nodes: Mapping[str, Node], *, chunks: ChunksSpec = None, references_only: bool = False
+) -> dict[str, ArrayRefs]:
+    """The reference plan of every array of the tree, by path."""
+    return {
+        path: plan_array(node, chunks=chunks, references_only=references_only)
+        for path, node in nodes.items()
+        if isinstance(node, ArrayNode)
+    }
+
+
+def variable_name(path: str, node: ArrayNode) -> str:
+    """The name npystore's xarray engine gives the array at ``path``: an ``.npz`` member's
+    key, a MATLAB variable's (or field's) name, else the unquoted node name."""
+    about = node.attributes.get("npystore")
+    if isinstance(about, Mapping) and isinstance(about.get("key"), str):
+        return str(about["key"])
+    name = node.attributes.get("matlab_name")
+    if isinstance(name, str):
+        return name
+    return unquote(path.rsplit("/", 1)[-1])
+
+
+def dimension_names(path: str, node: ArrayNode) -> list[str]:
+    """``dim_{i}`` for an ``.npy`` file's array (``path == ""``), else ``{name}_dim_{i}``."""
+    ndim = node.array.layout.ndim
+    if path == "":
+        return [f"dim_{i}" for i in range(ndim)]
+    name = variable_name(path, node)
+    return [f"{name}_dim_{i}" for i in range(ndim)]
+
+
+def _inline(data: bytes) -> str:
+    return "base64:" + base64.b64encode(data).decode()
+
+
+def _v2_dtype(dtype: np.dtype[Any]) -> Any:
+    return dtype.descr if dtype.names is not None else dtype.str
+
+
+def _v2_refs(
+    nodes: Mapping[str, Node], plans: Mapping[str, ArrayRefs], target: str
+) -> dict[str, Any]:
+    refs: dict[str, Any] = {}
+    for path, node in nodes.items():
+        if isinstance(node, GroupNode):
+            base = f"{path}/" if path else ""
+            refs[f"{base}.zgroup"] = json.dumps({"zarr_format": 2})
+            refs[f"{base}.zattrs"] = json.dumps(dict(node.attributes))
+            continue
+        plan = plans[path]
+        name = path or NPY_ARRAY
+        if path == "":  # an .npy file: a group holding the array
+            refs[".zgroup"] = json.dumps({"zarr_format": 2})
+            refs[".zattrs"] = json.dumps(dict(node.attributes))
+        layout = plan.layout
+        zarray = {
+            "zarr_format": 2,
+            "shape": list(layout.shape),
+            "chunks": list(plan.chunks),
+            "dtype": _v2_dtype(layout.dtype),
+            "compressor": None,
+            "fill_value": None,
+            "filters": list(plan.filters) or None,
+            "order": layout.order,
+            "dimension_separator": ".",
+        }
+        attrs = {} if path == "" else dict(node.attributes)
+        attrs["_ARRAY_DIMENSIONS"] = dimension_names(path, node)
+        refs[f"{name}/.zarray"] = json.dumps(zarray)
+        refs[f"{name}/.zattrs"] = json.dumps(attrs)
+        for index, ref in plan.items():
+            key = f"{name}/{'.'.join(map(str, index)) or '0'}"
+            refs[key] = _inline(ref) if isinstance(ref, bytes) else [target, *ref]
+    return refs
+
+
+def _v3_refs(
+    nodes: Mapping[str, Node], plans: Mapping[str, ArrayRefs], target: str, url: str
+) -> dict[str, Any]:
+    from npystore.faces.zarr.store import LayoutStore  # noqa: PLC0415 - needs zarr
+
+    planned: dict[str, Node] = {p: plans[p].node if p in plans else n for p, n in nodes.items()}
+    filters = {
+        path: [
+            {
+                "name": f"numcodecs.{f['id']}",
+                "configuration": {k: v for k, v in f.items() if k != "id"},
+            }
+            for f in plan.filters
+        ]
+        for path, plan in plans.items()
+        if plan.filters
+    }
+    store = LayoutStore(planned, url=url, filters=filters)
+    refs: dict[str, Any] = {}
+    for path in planned:
+        key = f"{path}/zarr.json" if path else "zarr.json"
+        refs[key] = store._metadata_bytes(path).decode()
+        plan = plans.get(path)
+        if plan is None:
+            continue
+        base = f"{path}/c" if path else "c"
+        for index, ref in plan.items():
+            key = "/".join([base, *map(str, index)])
+            refs[key] = _inline(ref) if isinstance(ref, bytes) else [target, *ref]
+    return refs

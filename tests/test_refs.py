@@ -1,0 +1,294 @@
+"""Kerchunk references of ``.npy`` and ``.npz`` files (``npystore.to_kerchunk``, ``refs``).
+
+Oracles: numpy (the values), the file's raw bytes (every reference is checked against
+them), kerchunk's own ``MultiZarrToZarr`` and xarray's ``engine="kerchunk"``, and zarr
+reading the references through fsspec's asynchronous reference file system (the recipe of
+docs/howto-zarr.md), locally and from S3.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import numpy as np
+import pytest
+import zarr
+from zarr.storage import FsspecStore
+
+import npystore
+from npystore.errors import UnsupportedError
+from npystore.faces.refs import plan
+
+pytest.importorskip("kerchunk")
+
+
+def open_refs(refs: dict[str, Any], **remote: Any) -> Any:
+    """The docs' recipe: the asynchronous reference file system under zarr's FsspecStore."""
+    fs = fsspec.filesystem("reference", fo=refs, asynchronous=True, **remote)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr's notes on v3 data types without a spec
+        return zarr.open(FsspecStore(fs=fs, read_only=True, path=""), mode="r")
+
+
+def ranges(refs: dict[str, Any]) -> dict[str, list[Any]]:
+    return {k: v for k, v in refs["refs"].items() if isinstance(v, list)}
+
+
+def inlined(refs: dict[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in refs["refs"].items() if isinstance(v, str) and v.startswith("base64:")}
+
+
+def check_ranges_against_bytes(refs: dict[str, Any], raw: bytes, want: np.ndarray) -> None:
+    """Every referenced chunk's bytes, read from the file, are the array's elements there."""
+    zarray = json.loads(refs["refs"]["data/.zarray"])
+    chunks = zarray["chunks"]
+    order = zarray["order"]
+    for key, (_, offset, length) in ranges(refs).items():
+        index = [int(i) for i in key.split("/")[-1].split(".")] if chunks else []
+        shape = want.shape
+        region = tuple(
+            slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, chunks, shape, strict=True)
+        )
+        part = want[region] if region else want  # want[()] would be a native scalar
+        expect = np.ascontiguousarray(part) if order == "C" else part
+        data = raw[offset : offset + expect.nbytes]
+        assert data == expect.tobytes(order=order), key
+        assert offset + length <= len(raw)
+
+
+AWKWARD = {
+    "prime_rows": lambda: np.arange(1009 * 3, dtype="<f8").reshape(1009, 3),
+    "fortran": lambda: np.asfortranarray(np.arange(4 * 997, dtype="<i4").reshape(4, 997)),
+    "big_endian": lambda: np.arange(2003, dtype=">u2"),
+    "zero_d": lambda: np.array(2.5, dtype=">f4"),
+    "empty": lambda: np.zeros((0, 5), dtype="<i2"),
+    "bool_3d": lambda: (np.arange(7 * 6 * 5) % 3 == 0).reshape(7, 6, 5),
+    "text": lambda: np.array(["ab", "cde", ""] * 5),
+}
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunk targets scaled down so that small files have several chunks and edges."""
+    from npystore.faces.tree import nodes
+
+    monkeypatch.setattr(nodes, "CHUNK_TARGET", 4096)
+    monkeypatch.setattr(plan, "MIN_DIVISOR_CHUNK", 1024)
+    monkeypatch.setattr(plan, "EDGE_CHUNK", 512)
+
+
+@pytest.mark.usefixtures("small_chunks")
+@pytest.mark.parametrize("case", sorted(AWKWARD))
+def test_awkward_npy_round_trips_v2_and_v3(tmp_path: Path, case: str) -> None:
+    want = AWKWARD[case]()
+    path = tmp_path / f"{case}.npy"
+    np.save(path, want)
+    refs = npystore.to_kerchunk(str(path))
+    zarray = json.loads(refs["refs"]["data/.zarray"])
+    assert zarray["fill_value"] is None
+    assert zarray["order"] == ("F" if case == "fortran" else "C")
+    assert json.loads(refs["refs"]["data/.zattrs"])["_ARRAY_DIMENSIONS"] == [
+        f"dim_{i}" for i in range(want.ndim)
+    ]
+    assert json.loads(refs["refs"][".zgroup"]) == {"zarr_format": 2}
+    got = open_refs(refs, remote_protocol="file")["data"]
+    np.testing.assert_array_equal(got[...], want)
+    assert got.shape == want.shape
+    assert got.dtype == want.dtype  # v2 keeps the byte order
+    check_ranges_against_bytes(refs, path.read_bytes(), want)
+    if want.size:
+        assert ranges(refs)  # the data is in references ...
+    assert sum(len(v) for v in inlined(refs).values()) <= 4 * 512  # ... at most a small edge
+    v3 = npystore.to_kerchunk(str(path), zarr_format=3)
+    assert "zarr.json" in v3["refs"]
+    node = open_refs(v3, remote_protocol="file")
+    np.testing.assert_array_equal(node[...], want)
+
+
+def test_rows_without_a_whole_chunk_multiple_use_a_divisor(
+    tmp_path: Path, small_chunks: None
+) -> None:
+    # rows of 24 bytes: the 4096-byte target holds 170 rows, which do not divide 354 rows;
+    # 118 does (354 = 2 * 3 * 59), and its chunks hold at least 1024 bytes: pure references
+    want = np.arange(354 * 3, dtype="<f8").reshape(354, 3)
+    path = tmp_path / "d.npy"
+    np.save(path, want)
+    refs = npystore.to_kerchunk(str(path))
+    assert json.loads(refs["refs"]["data/.zarray"])["chunks"] == [118, 3]
+    assert not inlined(refs)
+    np.testing.assert_array_equal(open_refs(refs, remote_protocol="file")["data"][...], want)
+    check_ranges_against_bytes(refs, path.read_bytes(), want)
+
+
+def test_40_mb_npy_with_a_prime_number_of_rows_has_small_json(tmp_path: Path) -> None:
+    rows = 1_000_003  # prime
+    want = np.arange(rows * 5, dtype="<f8").reshape(rows, 5)
+    path = tmp_path / "big.npy"
+    np.save(path, want)
+    refs = npystore.to_kerchunk(str(path))
+    text = json.dumps(refs)
+    assert len(text) < 2**20
+    edge = inlined(refs)
+    assert len(edge) == 1  # one small zero-padded edge chunk
+    assert all(len(v) < 0.7 * 2**20 for v in edge.values())
+    got = open_refs(refs, remote_protocol="file")["data"]
+    np.testing.assert_array_equal(got[-3:], want[-3:])
+    np.testing.assert_array_equal(got[...], want)
+    check_ranges_against_bytes(refs, path.read_bytes(), want)
+
+
+def test_npz_members_stored_and_deflated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    members = {
+        "x": np.arange(1000, dtype="<i2"),
+        "y": np.ones((3, 3), dtype="<c16"),
+        "f": np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+        "s": np.array(7, dtype=">i8"),
+    }
+    np.savez(tmp_path / "s.npz", **members)
+    refs = npystore.to_kerchunk(str(tmp_path / "s.npz"))
+    assert not inlined(refs)  # every stored member is references
+    group = open_refs(refs, remote_protocol="file")
+    for key, want in members.items():
+        np.testing.assert_array_equal(group[key][...], want)
+        dims = json.loads(refs["refs"][f"{key}/.zattrs"])["_ARRAY_DIMENSIONS"]
+        assert dims == [f"{key}_dim_{i}" for i in range(want.ndim)]
+    np.savez_compressed(tmp_path / "d.npz", **members)
+    refs = npystore.to_kerchunk(str(tmp_path / "d.npz"))
+    assert not ranges(refs)  # a deflate stream has no element ranges: small values inline
+    group = open_refs(refs, remote_protocol="file")
+    for key, want in members.items():
+        np.testing.assert_array_equal(group[key][...], want)
+    monkeypatch.setattr(plan, "MAX_INLINE", 1000)
+    big = {"big": np.arange(1000.0)}
+    np.savez_compressed(tmp_path / "big.npz", **big)
+    with pytest.raises(UnsupportedError, match=r"big\.npy: a deflated member.*npystore convert"):
+        npystore.to_kerchunk(str(tmp_path / "big.npz"))
+
+
+def test_an_edge_chunk_the_archive_covers_is_a_reference(
+    tmp_path: Path, small_chunks: None
+) -> None:
+    # member "a" is followed by member "b": its padded last chunk lies inside the file
+    members = {"a": np.arange(1009, dtype="<f8"), "b": np.zeros(2000, dtype="<u1")}
+    np.savez(tmp_path / "e.npz", **members)
+    refs = npystore.to_kerchunk(str(tmp_path / "e.npz"))
+    chunks = json.loads(refs["refs"]["a/.zarray"])["chunks"]
+    assert 1009 % chunks[0] != 0
+    assert not any(k.startswith("a/") for k in inlined(refs))
+    group = open_refs(refs, remote_protocol="file")
+    np.testing.assert_array_equal(group["a"][...], members["a"])
+
+
+def test_chunks_argument(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    want = np.arange(100 * 30, dtype="<i4").reshape(100, 30)
+    np.save(tmp_path / "a.npy", want)
+    refs = npystore.to_kerchunk(str(tmp_path / "a.npy"), chunks=(25, -1))
+    assert json.loads(refs["refs"]["data/.zarray"])["chunks"] == [25, 30]
+    assert len(ranges(refs)) == 4
+    assert not inlined(refs)
+    refs = npystore.to_kerchunk(str(tmp_path / "a.npy"), chunks=(30, 30))  # a small edge
+    assert set(inlined(refs)) == {"data/3.0"}
+    np.testing.assert_array_equal(open_refs(refs, remote_protocol="file")["data"][...], want)
+    refs = npystore.to_kerchunk(str(tmp_path / "a.npy"), chunks=(50, 10))  # not ranges
+    assert len(inlined(refs)) == 6
+    np.testing.assert_array_equal(open_refs(refs, remote_protocol="file")["data"][...], want)
+    with pytest.raises(ValueError, match="Zarr needs equal chunks"):
+        npystore.to_kerchunk(str(tmp_path / "a.npy"), chunks=((40, 60), -1))
+    members = {"m": np.arange(40, dtype="<u2").reshape(20, 2), "n": np.arange(30)}
+    np.savez(tmp_path / "c.npz", **members)
+    refs = npystore.to_kerchunk(str(tmp_path / "c.npz"), chunks=10)  # every member, every axis
+    assert json.loads(refs["refs"]["m/.zarray"])["chunks"] == [10, 2]
+    assert json.loads(refs["refs"]["n/.zarray"])["chunks"] == [10]
+    group = open_refs(refs, remote_protocol="file")
+    for key, arr in members.items():
+        np.testing.assert_array_equal(group[key][...], arr)
+    monkeypatch.setattr(plan, "MAX_INLINE", 1000)
+    with pytest.raises(UnsupportedError, match="not byte ranges of the file"):
+        npystore.to_kerchunk(str(tmp_path / "a.npy"), chunks=(100, 1))
+
+
+def test_zarr_format_is_checked(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.arange(3))
+    with pytest.raises(ValueError, match="zarr_format must be 2 or 3"):
+        npystore.to_kerchunk(str(tmp_path / "a.npy"), zarr_format=4)  # type: ignore[arg-type]
+
+
+def test_multizarrtozarr_combines_npy_files(tmp_path: Path, small_chunks: None) -> None:
+    from kerchunk.combine import MultiZarrToZarr
+
+    parts = [np.arange(7 * 4, dtype="<f4").reshape(7, 4) + 100 * i for i in range(3)]
+    refs = []
+    for i, part in enumerate(parts):
+        np.save(tmp_path / f"p{i}.npy", part)
+        refs.append(npystore.to_kerchunk(str(tmp_path / f"p{i}.npy")))
+    rows = [np.arange(7 * i, 7 * i + 7) for i in range(3)]  # the coordinate of each input
+    combined = MultiZarrToZarr(refs, concat_dims=["dim_0"], coo_map={"dim_0": rows}).translate()
+    xr = pytest.importorskip("xarray")
+    ds = xr.open_dataset(combined, engine="kerchunk")
+    assert ds["data"].dims == ("dim_0", "dim_1")
+    np.testing.assert_array_equal(ds["data"].values, np.concatenate(parts))
+    # stacked along a new dimension instead
+    stacked = MultiZarrToZarr(refs, concat_dims=["run"], coo_map={"run": "INDEX"}).translate()
+    ds = xr.open_dataset(stacked, engine="kerchunk")
+    np.testing.assert_array_equal(ds["data"].values, np.stack(parts))
+
+
+def test_engine_kerchunk_opens_every_npz_member(tmp_path: Path) -> None:
+    xr = pytest.importorskip("xarray")
+    members = {
+        "temperature": np.arange(12.0).reshape(3, 4),
+        "t": np.arange(3, dtype=">i4"),
+        "flags": np.array([True, False]),
+        "deflated_not": np.asfortranarray(np.arange(6, dtype="<u1").reshape(2, 3)),
+    }
+    np.savez(tmp_path / "x.npz", **members)
+    refs = npystore.to_kerchunk(str(tmp_path / "x.npz"))
+    ds = xr.open_dataset(refs, engine="kerchunk")
+    assert set(ds.data_vars) == set(members)
+    mine = xr.open_dataset(tmp_path / "x.npz", engine="npystore")
+    for key, want in members.items():
+        np.testing.assert_array_equal(ds[key].values, want)
+        assert ds[key].dims == mine[key].dims  # the names npystore's engine gives
+    np.savez_compressed(tmp_path / "z.npz", **members)
+    ds = xr.open_dataset(npystore.to_kerchunk(str(tmp_path / "z.npz")), engine="kerchunk")
+    for key, want in members.items():
+        np.testing.assert_array_equal(ds[key].values, want)
+
+
+def test_s3_references_with_the_documented_recipe(
+    tmp_path: Path, s3: Any, small_chunks: None
+) -> None:
+    members = {"x": np.arange(1009, dtype="<f8"), "y": np.eye(5, dtype=">u4")}
+    np.savez(tmp_path / "r.npz", **members)
+    np.savez_compressed(tmp_path / "z.npz", **members)
+    np.save(tmp_path / "p.npy", np.arange(1013 * 2, dtype="<i8").reshape(1013, 2))
+    remote = {**s3.storage_options, "asynchronous": True}
+    for name in ("r.npz", "z.npz", "p.npy"):
+        url = s3.put_file(tmp_path / name, name)
+        refs = npystore.to_kerchunk(url, storage_options=s3.storage_options)
+        assert all(v[0] == url for v in ranges(refs).values())
+        # the recipe of docs/howto-zarr.md (zarr 3.1.6)
+        fs = fsspec.filesystem(
+            "reference", fo=refs, remote_protocol="s3", remote_options=remote, asynchronous=True
+        )
+        group = zarr.open_group(FsspecStore(fs=fs, read_only=True, path=""), mode="r")
+        if name == "p.npy":
+            want = np.load(tmp_path / name)
+            np.testing.assert_array_equal(group["data"][...], want)
+            assert ranges(refs)
+        else:
+            for key, arr in members.items():
+                np.testing.assert_array_equal(group[key][...], arr)
+            assert bool(ranges(refs)) == (name == "r.npz")
+    xr = pytest.importorskip("xarray")
+    refs = npystore.to_kerchunk(s3.url("r.npz"), storage_options=s3.storage_options)
+    ds = xr.open_dataset(
+        refs,
+        engine="kerchunk",
+        storage_options={"remote_protocol": "s3", "remote_options": s3.storage_options},
+    )
+    np.testing.assert_array_equal(ds["x"].values, members["x"])
