@@ -23,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 
 from npystore.formats.deflate import DeflateIndex
+from npystore.formats.zipdir import BlockIndex
 from npystore.read.crccheck import CrcLedger
 
 __all__ = [
@@ -106,6 +107,10 @@ class DeflatedMember:
     sized_by : str
         What declared ``uncompressed_size``, for messages ("the ZIP directory", a MAT-file's
         "miMATRIX tag").
+    blocks : BlockIndex or None
+        The member's independent deflate blocks, when the archive says (npystore's
+        ``savez_compressed``): a checkpoint index that needs no pass, checked block by
+        block as it is used.
     """
 
     name: str
@@ -115,6 +120,7 @@ class DeflatedMember:
     crc32: int | None
     adler32: int | None = None
     sized_by: str = "the ZIP directory"
+    blocks: BlockIndex | None = field(default=None, compare=False, repr=False)
 
 
 class IndexSlot:
