@@ -13,11 +13,12 @@ from typing import Any
 import dask.array as da
 import numpy as np
 import pytest
-from npy_cases import DTYPES, SHAPES
 
 import npystore
 from npystore.formats.npy_write import header_bytes
 from npystore.write import WriteError
+
+from npy_cases import DTYPES, SHAPES
 
 
 def _numpy_bytes(a: Any) -> bytes:
@@ -58,7 +59,11 @@ def test_dask_sources_equal_numpy_save_of_asarray(tmp_path: Path, name: str) -> 
         npystore.save(str(tmp_path / "x.npy"), x)
         assert (tmp_path / "x.npy").read_bytes() == _numpy_bytes(np.asarray(x)), chunks
     # 0-d, empty, Fortran-ordered numpy base (dask writes C order)
-    for arr in (da.from_array(np.array(3.5)), da.zeros((4, 0, 3)), da.from_array(np.asfortranarray(base))):
+    for arr in (
+        da.from_array(np.array(3.5)),
+        da.zeros((4, 0, 3)),
+        da.from_array(np.asfortranarray(base)),
+    ):
         npystore.save(str(tmp_path / "y.npy"), arr)
         assert (tmp_path / "y.npy").read_bytes() == _numpy_bytes(np.asarray(arr))
 
@@ -78,7 +83,9 @@ def test_header_versions_follow_numpy() -> None:
         a = np.zeros(3, dt)
         want = _numpy_bytes(a)
         got = header_bytes(a.dtype, a.shape, False)
-        assert want.startswith(got) and got[6] == version and len(got) % 64 == 0
+        assert want.startswith(got)
+        assert got[6] == version
+        assert len(got) % 64 == 0
 
 
 def test_object_arrays_refused_nothing_written(tmp_path: Path) -> None:

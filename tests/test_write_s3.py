@@ -47,7 +47,11 @@ def test_save_numpy_and_dask_to_s3(s3: Any, small_parts: None) -> None:
     x = da.from_array(rng.integers(0, 2**31, (700, 1000)).astype(">i8"), chunks=(130, 300))
     npystore.save(s3.url("x.npy"), x, storage_options=s3.storage_options)
     assert s3.fs.cat(s3.url("x.npy")) == _npy(np.asarray(x))
-    for tiny in (np.float32(2.5), np.zeros((0, 3), "<U2"), np.zeros(3, [("a", "<i2"), ("b", ">f8")])):
+    for tiny in (
+        np.float32(2.5),
+        np.zeros((0, 3), "<U2"),
+        np.zeros(3, [("a", "<i2"), ("b", ">f8")]),
+    ):
         npystore.save(s3.url("t.npy"), tiny, storage_options=s3.storage_options)
         assert s3.fs.cat(s3.url("t.npy")) == _npy(tiny)
     assert _pending(s3) == []
@@ -95,7 +99,9 @@ def test_failing_block_leaves_nothing_on_s3(s3: Any, small_parts: None) -> None:
     assert _pending(s3) == []
 
 
-def test_failing_part_upload_aborts(s3: Any, small_parts: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failing_part_upload_aborts(
+    s3: Any, small_parts: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real = sink_module.S3Sink.write
 
     def flaky(self: Any, number: int, offset: int, data: Any) -> Any:

@@ -441,6 +441,7 @@ def deflate_block(data: bytes | memoryview, *, final: bool) -> bytes:
     block needs nothing before it) or, when ``final``, with the end of the stream: blocks
     made in any order and joined in order are one valid raw deflate stream.
     """
+    c: Any
     try:
         from isal import isal_zlib  # noqa: PLC0415 - optional accelerator
     except ImportError:

@@ -20,15 +20,17 @@ import os
 import threading
 import zlib
 from collections.abc import Iterator
-from typing import Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from npystore.errors import ConsistencyError, FetchError, FormatError
 from npystore.fetch import RangeReader, read_cache_file, write_cache_file
 from npystore.formats import deflate
 from npystore.formats.deflate import DeflateIndex
-from npystore.formats.zipdir import BlockIndex
 from npystore.read.layout import DeflatedMember, IndexSlot
 from npystore.read.memo import MEMO_MEMBER, compressed_range
+
+if TYPE_CHECKING:
+    from npystore.formats.zipdir import BlockIndex  # zipdir loads only for archives
 
 __all__ = [
     "MemberGzipFile",

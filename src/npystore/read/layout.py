@@ -18,13 +18,15 @@ import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from npystore.formats.deflate import DeflateIndex
-from npystore.formats.zipdir import BlockIndex
 from npystore.read.crccheck import CrcLedger
+
+if TYPE_CHECKING:
+    from npystore.formats.zipdir import BlockIndex  # zipdir loads only for archives
 
 __all__ = [
     "ArrayLayout",

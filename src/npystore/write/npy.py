@@ -21,9 +21,10 @@ import itertools
 from collections.abc import Mapping
 from typing import Any, Final
 
-import dask
+import dask.threaded
 import numpy as np
 from dask.base import get_scheduler
+from dask.delayed import delayed
 
 from npystore.fetch.sink import Receipt, Sink, open_sink
 from npystore.write.source import Source, as_source, block_bytes, compute_named
@@ -65,22 +66,18 @@ def _write_part(
     return sink.write(number, start, buf)
 
 
-def _in_process() -> bool:
-    return get_scheduler() in (dask.threaded.get, dask.local.get_sync)
-
-
 def write_npy(sink: Sink, src: Source) -> list[Receipt]:
     """Write ``src`` into ``sink`` (not committed); the parts' receipts."""
     x = src.data
-    keys = x.to_delayed(optimize_graph=True).ravel().tolist()
+    keys = x.to_delayed(optimize_graph=True).ravel().tolist()  # type: ignore[no-untyped-call]
     indices = list(np.ndindex(*x.numblocks))
     sizes = src.block_sizes()
     shapes = [tuple(c[i] for c, i in zip(x.chunks, idx, strict=True)) for idx in indices]
     head = src.header
     offsets = [len(head), *(len(head) + o for o in itertools.accumulate(sizes))]
     where = [f"{sink.url}: block {idx}" for idx in indices]
-    write = dask.delayed(_write_block, pure=False)
-    part = dask.delayed(_write_part, pure=False)
+    write = delayed(_write_block, pure=False)
+    part = delayed(_write_part, pure=False)
     if sink.min_part == 0:
         receipts = [sink.write(1, 0, head)]
         tasks = [
@@ -108,8 +105,8 @@ def write_npy(sink: Sink, src: Source) -> list[Receipt]:
             piece_head = head[start:stop] if start < len(head) else b""
             tasks.append(part(sink, number, start, stop, piece_head, pieces, blocks, x.dtype))
     kwargs: dict[str, Any] = {}
-    if _in_process() and get_scheduler() is dask.threaded.get:
-        kwargs["num_workers"] = max(sink.concurrency, dask.config.get("num_workers", 0) or 0, 2)
+    if get_scheduler() is dask.threaded.get:  # type: ignore[no-untyped-call]
+        kwargs["num_workers"] = max(sink.concurrency, 2)
     return receipts + compute_named(tasks, sink.url, **kwargs)
 
 

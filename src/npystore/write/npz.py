@@ -29,8 +29,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
-import dask
 import numpy as np
+from dask.delayed import delayed
 
 from npystore.fetch.sink import Receipt, Sink, open_sink
 from npystore.formats import zipdir
@@ -155,7 +155,7 @@ def _encode(
 def _member(src: Source, url: str, compress: bool) -> Iterator[_Encoded]:
     """The member's encoded slabs, in order, computed a window at a time."""
     x = src.data
-    keys = x.to_delayed(optimize_graph=True).ravel().tolist()
+    keys = x.to_delayed(optimize_graph=True).ravel().tolist()  # type: ignore[no-untyped-call]
     indices = list(np.ndindex(*x.numblocks))
     sizes = src.block_sizes()
     todo = [k for k in range(len(keys)) if sizes[k]]
@@ -163,7 +163,7 @@ def _member(src: Source, url: str, compress: bool) -> Iterator[_Encoded]:
     if not todo:
         yield _encode(src.header, None, None, compress, True, bs)
         return
-    encode = dask.delayed(_encode, pure=False)
+    encode = delayed(_encode, pure=False)
     window = max(2, os.cpu_count() or 1)
     for w in range(0, len(todo), window):
         tasks = []

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import dask
 import dask.array as da
 import numpy as np
+from dask.base import compute
 from dask.callbacks import Callback
 
 from npystore.errors import NpystoreError
@@ -106,7 +106,9 @@ def as_source(array: Any, source: str) -> Source:
         # the raw memory, padding bytes included (numpy.save writes them; a copy of a
         # structured array through dask would not keep them)
         raw = flat.reshape(-1).view(np.uint8) if flat.size else np.empty(0, np.uint8)
-        data = da.from_array(raw, chunks=NUMPY_SLAB, name=False, asarray=False)
+        data = da.from_array(  # type: ignore[no-untyped-call]
+            raw, chunks=NUMPY_SLAB, name=False, asarray=False
+        )
     nbytes = math.prod(data.shape) * data.dtype.itemsize
     return Source(data, header, nbytes)
 
@@ -148,7 +150,10 @@ def slabs(x: da.Array, target: int | None) -> da.Array:
     if target is None:
         biggest = max((math.prod(s) for s in _block_shapes(x.chunks)), default=0)
         target = min(SLAB_MAX, max(SLAB_MIN, biggest * x.dtype.itemsize))
-    return x.rechunk(_slab_chunks(x.shape, x.dtype.itemsize, target))
+    out: da.Array = x.rechunk(  # type: ignore[no-untyped-call]
+        _slab_chunks(x.shape, x.dtype.itemsize, target)
+    )
+    return out
 
 
 def block_bytes(block: Any, dtype: np.dtype[Any], shape: Sequence[int], where: str) -> Any:
@@ -163,11 +168,11 @@ def block_bytes(block: Any, dtype: np.dtype[Any], shape: Sequence[int], where: s
     return b.reshape(-1).view(np.uint8) if b.size else np.empty(0, np.uint8)
 
 
-class _Running(Callback):  # type: ignore[misc]
+class _Running(Callback):
     """Keys started and not finished (what was running when a task failed)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.running: dict[Any, None] = {}
 
     def _pretask(self, key: Any, dsk: Any, state: Any) -> None:
@@ -189,7 +194,7 @@ def compute_named(tasks: Sequence[Any], url: str, **kwargs: Any) -> list[Any]:
     running = _Running()
     try:
         with running:
-            return list(dask.compute(*tasks, **kwargs))
+            return list(compute(*tasks, **kwargs))  # type: ignore[no-untyped-call]
     except WriteError:
         raise
     except Exception as exc:
