@@ -206,3 +206,31 @@ def test_failing_member_leaves_previous_archive(tmp_path: Path) -> None:
             write(str(path), a=np.arange(5), b=x)
         assert path.read_bytes() == before
         assert [p.name for p in tmp_path.iterdir()] == ["keep.npz"]
+
+
+def test_convert_writes_npy_and_npz_by_extension(tmp_path: Path) -> None:
+    from npystore.tools.cli import main
+
+    a = np.asfortranarray(np.arange(600, dtype=">i2").reshape(20, 30))
+    np.savez(tmp_path / "in.npz", a=a, b=np.ones(7))
+    np.save(tmp_path / "one.npy", a)
+    assert (
+        main(["convert", str(tmp_path / "in.npz"), str(tmp_path / "out.npz"), "--no-progress"]) == 0
+    )
+    with np.load(tmp_path / "out.npz") as z:
+        assert sorted(z.files) == ["a", "b"]
+        np.testing.assert_array_equal(z["a"], a)
+        assert zipfile.ZipFile(tmp_path / "out.npz").getinfo("a.npy").compress_type == 8
+    assert main(["convert", str(tmp_path / "in.npz"), str(tmp_path / "b.npy"), "--name", "b"]) == 0
+    assert (tmp_path / "b.npy").read_bytes() == _npy(np.ones(7))
+    assert (
+        main(
+            ["convert", str(tmp_path / "one.npy"), str(tmp_path / "s.npz"), "--compressor", "none"]
+        )
+        == 0
+    )
+    with zipfile.ZipFile(tmp_path / "s.npz") as zf:
+        assert zf.namelist() == ["one.npy"]
+        assert zf.read("one.npy") == _npy(np.ascontiguousarray(a))  # dask sources: C order
+    assert main(["convert", str(tmp_path / "in.npz"), str(tmp_path / "two.npy")]) != 0
+    assert not (tmp_path / "two.npy").exists()
