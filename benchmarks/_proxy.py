@@ -6,7 +6,8 @@ on a cloud object store:
 - **first-byte delay**: each request (a chunk from the client that starts with an HTTP
   method) waits ``--delay`` seconds before it is forwarded;
 - **per-connection bandwidth**: with ``--bandwidth`` N (MiB/s, 0 = unlimited) the responses
-  of each connection flow back at most N MiB/s, as one TCP stream from a cloud store does
+  of each connection flow back at most N MiB/s (and request bodies, uploads, go up at most
+  N MiB/s), as one TCP stream from a cloud store does
   (S3 serves roughly 40-90 MiB/s per connection; a client gets more only by opening more
   connections). Each connection has its own token bucket, one piece deep (no bursts): a piece
   of the response is handed on only when the link would have finished sending it.
@@ -125,13 +126,17 @@ class _Link:
 
 
 def _requests(src: socket.socket, dst: socket.socket, shaping: Shaping) -> None:
-    """Client to server: each request waits the first-byte delay, then goes on unchanged."""
+    """Client to server: each request waits the first-byte delay, then goes on, its body
+    paced like responses (uploads get the same per-connection bandwidth; a read's request
+    is a few hundred bytes, which the pacing does not delay measurably)."""
+    link = _Link(shaping)
     with contextlib.suppress(OSError):
-        while data := src.recv(PIECE):
+        while data := src.recv(shaping.piece()):
             if data.startswith(METHODS):
                 shaping.count(requests=1)
                 if shaping.delay:
                     time.sleep(shaping.delay)
+            link.send(len(data))
             dst.sendall(data)
     _close_both(src, dst)
 

@@ -19,7 +19,8 @@ from npystore.formats import deflate
 from npystore.formats.deflate import Checkpoint, DeflateIndex
 from npystore.read import inflate
 from npystore.read.inflate import build_index, inflate_into, inflate_range
-from npystore.read.layout import DeflatedMember, IndexSlot
+from npystore.read.layout import DeflatedMember
+from npystore.read.slot import IndexSlot
 
 
 def _payload(n: int = 12_000_000, seed: int = 0) -> bytes:

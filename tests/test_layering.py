@@ -1,7 +1,7 @@
 """The import rules that keep the layers apart (docs/architecture.md).
 
 The folders are the layers, and imports go one way, down:
-``tools -> faces -> files -> read -> fetch -> formats`` (``errors`` everywhere; the
+``tools -> faces -> write -> files -> read -> fetch -> formats`` (``errors`` everywhere; the
 top-level ``__init__``, ``__main__``, ``api`` and ``virtualizarr`` above them all;
 ``testing/`` beside).
 
@@ -14,7 +14,7 @@ top-level ``__init__``, ``__main__``, ``api`` and ``virtualizarr`` above them al
 - parsing happens in ``formats/`` (driven by ``files/`` and ``read/``): faces, tools and
   ``api`` take only names of types and constants from ``formats`` (CamelCase or
   UPPER_CASE), never a parsing function or a whole format module.
-- dask is imported only by faces and tools.
+- dask is imported only by the writers (``write/``), faces and tools.
 - h5py only where HDF5 metadata is read through npystore's checks
   (``files/mat/hdf5.py``, ``files/mat/h5safe.py``, ``files/mat/v73.py``) and by the
   chunk decoder for filters npystore does not undo (``read/h5decode.py``).
@@ -32,7 +32,7 @@ import npystore
 
 PACKAGE = Path(npystore.__file__).parent
 #: The layers, lowest first: a module imports npystore modules of its own layer or below.
-LAYERS = ("formats", "fetch", "read", "files", "faces", "tools")
+LAYERS = ("formats", "fetch", "read", "files", "write", "faces", "tools")
 #: Top-level modules: errors below everything, the public entry points above.
 TOP = {
     "__init__.py": len(LAYERS),
@@ -135,8 +135,8 @@ def test_import_rules(path: Path) -> None:
                 assert not parsers, f"{rel} parses bytes: imports {parsers} from {module}"
     if rel not in H5PY:
         assert "h5py" not in roots, f"{rel} imports h5py: HDF5 metadata is read in files/mat/"
-    if not rel.startswith(("faces/", "tools/")):
-        assert "dask" not in roots, f"{rel} imports dask outside faces/ and tools/"
+    if not rel.startswith(("write/", "faces/", "tools/")):
+        assert "dask" not in roots, f"{rel} imports dask outside write/, faces/ and tools/"
 
 
 def test_rules_cover_every_layer() -> None:

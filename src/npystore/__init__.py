@@ -28,7 +28,7 @@ from npystore.errors import (
 )
 
 if TYPE_CHECKING:
-    from npystore.api import load, open, open_npy, read_header, sniff
+    from npystore.api import load, open, open_npy, read_header, save, savez, savez_compressed, sniff
     from npystore.faces.matfile import MatFile, open_mat
     from npystore.faces.npz import NpzFile, open_npz
     from npystore.faces.refs import to_kerchunk
@@ -46,6 +46,9 @@ _LAZY: dict[str, str] = {
     "open": "npystore.api",
     "open_npy": "npystore.api",
     "read_header": "npystore.api",
+    "save": "npystore.api",
+    "savez": "npystore.api",
+    "savez_compressed": "npystore.api",
     "sniff": "npystore.api",
     "NpyHeader": "npystore.formats.npy",
     "MatFile": "npystore.faces.matfile",
@@ -191,6 +194,9 @@ __all__ = [
     "open_npz",
     "open_store",
     "read_header",
+    "save",
+    "savez",
+    "savez_compressed",
     "sniff",
     "to_kerchunk",
 ]

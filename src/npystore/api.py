@@ -20,11 +20,12 @@ from npystore.files.npy import header_from_prefix, open_layout_array, read_prefi
 from npystore.files.open import sniff, sniff_source
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE, NpyHeader
 from npystore.read.layout import ArrayLayout, RawExtent, Unpickle
+from npystore.write import save, savez, savez_compressed
 
 if TYPE_CHECKING:
     import dask.array as da
 
-__all__ = ["load", "open", "open_npy", "read_header", "sniff"]
+__all__ = ["load", "open", "open_npy", "read_header", "save", "savez", "savez_compressed", "sniff"]
 
 #: Bytes :func:`load` asks for when it opens an S3 object: the header and the first data,
 #: so a file up to this size is read in one request (the whole file is read anyway). Not

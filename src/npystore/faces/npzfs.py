@@ -48,7 +48,7 @@ from npystore.fetch.cache import IndexCacheOption
 from npystore.files.zip import MemberInfo, ZipArchive, deflated_member
 from npystore.read.crccheck import CrcLedger
 from npystore.read.inflate import build_or_load_index
-from npystore.read.layout import IndexSlot
+from npystore.read.slot import IndexSlot
 from npystore.read.stream import FIRST_READAHEAD, StreamInflater, cached_index
 
 __all__ = ["DeflatedMemberFile", "NpzFileSystem", "StoredMemberFile", "register_protocol"]

@@ -24,19 +24,19 @@ from npystore.fetch.cache import IndexCacheOption, resolve_cache_dir
 from npystore.formats import deflate, npy, zipdir
 from npystore.formats.need import NeedMoreBytes
 from npystore.formats.shapes import check_shape
-from npystore.read.crccheck import CrcLedger
+from npystore.read.crccheck import CrcLedger, crc32_combine
 from npystore.read.drive import parse_with_more
 from npystore.read.inflate import inflate_into
 from npystore.read.layout import (
     ArrayLayout,
     DeflatedExtent,
     DeflatedMember,
-    IndexSlot,
     Order,
     PickledExtent,
     RawExtent,
     Unpickle,
 )
+from npystore.read.slot import IndexSlot
 
 __all__ = ["MemberInfo", "ZipArchive", "member_key", "resolve_key", "unique_keys"]
 
@@ -408,9 +408,7 @@ class ZipArchive:
         if info.compressed:
             with self._lock:
                 slot = self._slots.setdefault(name, IndexSlot(cache_dir=self.index_cache))
-            member = DeflatedMember(
-                name, info.data_offset, entry.compressed_size, member_size, entry.crc32
-            )
+            member = deflated_member(info)
             storage: RawExtent | PickledExtent | DeflatedExtent = DeflatedExtent(
                 member, header.data_offset, nbytes, slot
             )
@@ -475,7 +473,19 @@ class ZipArchive:
 def deflated_member(info: MemberInfo) -> DeflatedMember:
     """Where a deflated member's stream is and what it must inflate to."""
     e = info.entry
-    return DeflatedMember(e.name, info.data_offset, e.compressed_size, e.uncompressed_size, e.crc32)
+    blocks = e.blocks if e.blocks is not None and _blocks_agree(e.blocks, e.crc32) else None
+    return DeflatedMember(
+        e.name, info.data_offset, e.compressed_size, e.uncompressed_size, e.crc32, blocks=blocks
+    )
+
+
+def _blocks_agree(blocks: zipdir.BlockIndex, crc: int) -> bool:
+    """Whether a block index's CRC-32s combine to the member's (an index that does not is
+    ignored: the member is read as any other)."""
+    total = 0
+    for block_crc, usize in zip(blocks.crcs, blocks.usizes, strict=True):
+        total = crc32_combine(total, block_crc, usize)
+    return total == crc
 
 
 def _inflate_prefix(

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from npystore.formats.deflate import DeflateIndex
 from npystore.read.crccheck import CrcLedger
+from npystore.read.slot import IndexSlot
+
+if TYPE_CHECKING:
+    from npystore.formats.zipdir import BlockIndex  # zipdir loads only for archives
 
 __all__ = [
     "ArrayLayout",
@@ -106,6 +108,10 @@ class DeflatedMember:
     sized_by : str
         What declared ``uncompressed_size``, for messages ("the ZIP directory", a MAT-file's
         "miMATRIX tag").
+    blocks : BlockIndex or None
+        The member's independent deflate blocks, when the archive says (npystore's
+        ``savez_compressed``): a checkpoint index that needs no pass, checked block by
+        block as it is used.
     """
 
     name: str
@@ -115,84 +121,7 @@ class DeflatedMember:
     crc32: int | None
     adler32: int | None = None
     sized_by: str = "the ZIP directory"
-
-
-#: Bytes of a member kept ``until_read`` that may stay unread when it is released (its npy
-#: header: chunk reads start at the array data).
-UNREAD_SLACK: Final = 64 * 2**10
-
-
-class IndexSlot:
-    """A member's checkpoint index: empty until built, built at most once per process.
-
-    Pickles with its current content (an index built on the client travels with the graph);
-    the lock does not travel, nor does a member's inflated bytes kept in this process
-    (:meth:`keep`): a graph stays small, and a worker inflates what it reads itself.
-    """
-
-    def __init__(self, index: DeflateIndex | None = None, cache_dir: str | None = None) -> None:
-        self._index = index
-        #: Local directory where indexes are kept between processes and sessions (or None).
-        self.cache_dir = cache_dir
-        self._lock = threading.Lock()
-        self._inflated: bytes | bytearray | None = None
-        #: With ``until_read``: output bytes still to be served before the kept bytes go.
-        self._unread: int | None = None
-        self._unread_lock = threading.Lock()  # not ``_lock``: an index build holds that
-
-    def keep(self, inflated: bytes | bytearray, *, until_read: bool = False) -> None:
-        """Keep the whole member's inflated (and checked) bytes for reads in this process;
-        with ``until_read``, only until all but :data:`UNREAD_SLACK` of them have been
-        served (:meth:`serve`: a dask compute reads each chunk once; the npy header before
-        the array data is read otherwise) or :meth:`drop`."""
-        self._inflated = inflated
-        self._unread = len(inflated) - UNREAD_SLACK if until_read else None
-
-    def inflated(self) -> bytes | bytearray | None:
-        """The member's inflated bytes, when kept in this process (:meth:`keep`)."""
-        return self._inflated
-
-    def serve(self, start: int, out: memoryview) -> bool:
-        """Copy kept output ``[start, start + len(out))`` into ``out``; False when nothing
-        is kept."""
-        kept = self._inflated
-        if kept is None:
-            return False
-        out[:] = memoryview(kept)[start : start + out.nbytes]
-        with self._unread_lock:
-            if self._unread is not None:
-                self._unread -= out.nbytes
-                if self._unread <= 0:
-                    self._inflated = self._unread = None
-        return True
-
-    def drop(self) -> None:
-        """Forget the kept output (memory budget)."""
-        self._inflated = self._unread = None
-
-    def __reduce__(self) -> tuple[Callable[..., IndexSlot], tuple[Any, ...]]:
-        return (IndexSlot, (self._index, self.cache_dir))
-
-    def __repr__(self) -> str:
-        state = "empty" if self._index is None else f"{len(self._index.checkpoints)} checkpoints"
-        return f"IndexSlot({state})"
-
-    def get(self) -> DeflateIndex | None:
-        """The index, if built."""
-        return self._index
-
-    def ensure(self, build: Callable[[], DeflateIndex | None]) -> DeflateIndex | None:
-        """Return the index, building it with ``build`` if nobody has yet (one at a time)."""
-        if self._index is not None:
-            return self._index
-        with self._lock:
-            if self._index is None:
-                self._index = build()
-            return self._index
-
-    def set(self, index: DeflateIndex) -> None:
-        """Install an index (built elsewhere or read from a cache)."""
-        self._index = index
+    blocks: BlockIndex | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,8 @@ from typing import Any, Final
 import numpy as np
 
 from npystore.fetch import RangeReader
-from npystore.read.layout import DeflatedMember, IndexSlot
+from npystore.read.layout import DeflatedMember
+from npystore.read.slot import IndexSlot
 
 __all__ = [
     "AHEAD_MIN",

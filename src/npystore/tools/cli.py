@@ -103,6 +103,19 @@ def _say_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
 
 
 def _convert_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, out: TextIO) -> int:
+    from npystore.tools.export import export, is_numpy_output  # noqa: PLC0415
+
+    if is_numpy_output(args.out):  # .npy / .npz by extension: npystore's own writers
+        done = export(
+            args.url,
+            args.out,
+            storage_options=options,
+            out_storage_options=_out_options(args, options) if is_url(args.out) else None,
+            name=args.name,
+            compress=args.compressor != "none",
+        )
+        print(f"{done.out}: {len(done.arrays)} arrays, {done.nbytes} bytes", file=out)
+        return 0
     from npystore.tools.convert import convert, format_size  # noqa: PLC0415
 
     default, per_array = None, {}
@@ -224,9 +237,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(run=_refs_cmd)
 
-    p = sub.add_parser("convert", parents=[common], help="write a Zarr v3 store")
+    p = sub.add_parser(
+        "convert", parents=[common], help="write a Zarr v3 store, or an .npy/.npz file"
+    )
     p.add_argument("url", metavar="URL")
-    p.add_argument("out", metavar="OUT", help="output group: directory or fsspec URL")
+    p.add_argument(
+        "out",
+        metavar="OUT",
+        help="output group (directory or fsspec URL), or a file ending in .npy or .npz "
+        "(written by npystore.save / savez_compressed; --compressor none: savez)",
+    )
     p.add_argument("--name", help="array name for an .npy source (default: the file name)")
     p.add_argument(
         "--chunks",

@@ -51,11 +51,11 @@ from npystore.read.inflate import inflate_into, inflate_range
 from npystore.read.layout import (
     DeflatedExtent,
     DeflatedMember,
-    IndexSlot,
     InlineExtent,
     RawExtent,
     Storage,
 )
+from npystore.read.slot import IndexSlot
 
 __all__ = ["INFLATE_WHOLE", "Mat5File", "mat5_pair"]
 

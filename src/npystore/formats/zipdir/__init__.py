@@ -19,6 +19,9 @@ little endian):
   resolved (step 3);
 - :mod:`._members`: the members as a whole (names, overlaps, encryption: step 3) and each
   member's local file header (step 4);
+- :mod:`._blocks`: npystore's block index of independently deflated members (an extra
+  field of the central directory);
+- :mod:`._write`: the same records as npystore writes them (``savez``);
 - :mod:`._common`: sizes, sentinels and flag bits they share.
 
 The central directory is authoritative for method, flags, CRC and sizes; the local header
@@ -32,6 +35,13 @@ This package is pure: bytes in, frozen dataclasses out.
 from __future__ import annotations
 
 from npystore.formats.need import NeedMoreBytes
+from npystore.formats.zipdir._blocks import (
+    BLOCKS_EXTRA_ID,
+    MAX_BLOCKS,
+    BlockIndex,
+    blocks_extra,
+    parse_blocks,
+)
 from npystore.formats.zipdir._central import (
     ZipDirectory,
     ZipEntry,
@@ -53,8 +63,20 @@ from npystore.formats.zipdir._members import (
     member_name_problem,
     parse_local_header,
 )
+from npystore.formats.zipdir._write import (
+    ZIP64_LIMIT,
+    CentralRecord,
+    central_record,
+    data_descriptor,
+    dos_time,
+    end_records,
+    local_header,
+)
 
 __all__ = [
+    "BLOCKS_EXTRA_ID", "MAX_BLOCKS", "ZIP64_LIMIT", "BlockIndex", "CentralRecord",
+    "blocks_extra", "central_record", "data_descriptor", "dos_time", "end_records",
+    "local_header", "parse_blocks",
     "CENTRAL_HEADER_SIZE", "EOCD_SEARCH", "LOCAL_HEADER_SIZE", "ZIP64_RECORD_SIZE",
     "EndRecord", "LocalHeader", "NeedMoreBytes",
     "ZipDirectory", "ZipEntry", "check_members", "member_name_problem",

@@ -21,11 +21,12 @@ Byte layout (PKWARE APPNOTE.TXT 4.3, integers little endian)::
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from npystore.errors import FormatError, UnsupportedError
 from npystore.formats.need import NeedMoreBytes
+from npystore.formats.zipdir._blocks import BLOCKS_EXTRA_ID, BlockIndex, parse_blocks
 from npystore.formats.zipdir._common import (
     CENTRAL_HEADER_SIZE,
     F_DESCRIPTOR,
@@ -45,6 +46,7 @@ _CENTRAL: Final = struct.Struct("<4s6H3I5H2I")
 _EXTRA: Final = struct.Struct("<2H")
 _CENTRAL_SIG: Final = b"PK\x01\x02"
 _ZIP64_EXTRA_ID: Final = 0x0001
+_DEFLATED: Final = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,9 @@ class ZipEntry:
         Sizes in bytes.
     local_header_offset : int
         Absolute offset of the member's local file header.
+    blocks : BlockIndex or None
+        npystore's block index of a deflated member (its extra field, id 0x7A6E, see
+        :mod:`._blocks`), when present and consistent with the sizes.
     """
 
     index: int
@@ -75,6 +80,7 @@ class ZipEntry:
     compressed_size: int
     uncompressed_size: int
     local_header_offset: int
+    blocks: BlockIndex | None = field(default=None, compare=False, repr=False)
 
     @property
     def encrypted(self) -> bool:
@@ -206,10 +212,29 @@ def _parse_central_entry(
         raise FormatError(
             f"{where}: the name {short(raw)!r} is flagged UTF-8 but is not: {exc.reason}"
         ) from None
+    extra = bytes(data[name_end : name_end + extra_len])
     if U32 in (csize, usize, lho) or disk == U16:
-        extra = bytes(data[name_end : name_end + extra_len])
         usize, csize, lho = _zip64_values(extra, usize, csize, lho, disk, f"{where} {name!r}")
-    return ZipEntry(index, name, method, flags, crc, csize, usize, lho), after
+    blocks = None
+    if method == _DEFLATED:
+        body = _extra_body(extra, BLOCKS_EXTRA_ID)
+        if body is not None:
+            blocks = parse_blocks(body, csize, usize)
+    return ZipEntry(index, name, method, flags, crc, csize, usize, lho, blocks), after
+
+
+def _extra_body(extra: bytes, tag: int) -> bytes | None:
+    """The data of the extra field ``tag`` (None when absent or the fields are malformed)."""
+    pos = 0
+    while pos + _EXTRA.size <= len(extra):
+        found, size = _EXTRA.unpack_from(extra, pos)
+        body = extra[pos + _EXTRA.size : pos + _EXTRA.size + size]
+        if len(body) < size:
+            return None
+        if found == tag:
+            return body
+        pos += _EXTRA.size + size
+    return None
 
 
 def _zip64_values(

@@ -1,0 +1,149 @@
+"""``save``: one ``.npy`` file, its blocks written in parallel at their byte offsets.
+
+The file's size and every block's offset are known before any block is computed (header
+plus the data in order), so each part is written by the dask task that makes it:
+
+- a sink without a part minimum (local files, spooled filesystems): one write per block
+  at its offset, from the block's own task; the header is written first by the caller;
+- S3: parts of :func:`part_size` bytes cut at fixed offsets (the first holds the header;
+  a block that straddles a cut feeds both parts), each uploaded by the task that gathers
+  its bytes. Under dask.distributed those tasks run on the workers, which upload their
+  own parts: only part numbers and ETags travel back to the client, which completes the
+  upload. On dask's threaded scheduler, :attr:`Sink.concurrency` threads run them.
+
+Any failure aborts the sink: nothing appears at the URL.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Mapping
+from typing import Any, Final
+
+import dask.threaded
+import numpy as np
+from dask.base import get_scheduler
+from dask.delayed import delayed
+
+from npystore.fetch.sink import Receipt, Sink, open_sink
+from npystore.write.source import Source, as_source, block_bytes, compute_named
+
+__all__ = ["PART_SIZE", "part_size", "save"]
+
+#: Target size of an S3 part (more when the object needs more than 10,000 parts).
+PART_SIZE: Final = 16 * 2**20
+
+
+def part_size(total: int, sink: Sink) -> int:
+    """Bytes per part for an object of ``total`` bytes (every part but the last)."""
+    return max(PART_SIZE, sink.min_part, -(-total // sink.max_parts))
+
+
+def _write_block(
+    sink: Sink, number: int, offset: int, block: Any, dtype: Any, shape: Any, where: str
+) -> Receipt:
+    return sink.write(number, offset, block_bytes(block, dtype, shape, where))
+
+
+def _write_part(
+    sink: Sink,
+    number: int,
+    start: int,
+    stop: int,
+    head: bytes,
+    pieces: list[tuple[int, int, int, Any, Any]],
+    blocks: list[Any],
+    dtype: Any,
+) -> Receipt:
+    """Gather bytes ``[start, stop)`` of the file (header bytes, then block slices) and
+    write them as part ``number``."""
+    buf = np.empty(stop - start, np.uint8)
+    buf[: len(head)] = np.frombuffer(head, np.uint8)
+    for (at, lo, hi, shape, where), block in zip(pieces, blocks, strict=True):
+        data = block_bytes(block, dtype, shape, where)
+        buf[at : at + hi - lo] = data[lo:hi]
+    return sink.write(number, start, buf)
+
+
+def write_npy(sink: Sink, src: Source) -> list[Receipt]:
+    """Write ``src`` into ``sink`` (not committed); the parts' receipts."""
+    x = src.data
+    keys = x.to_delayed(optimize_graph=True).ravel().tolist()  # type: ignore[no-untyped-call]
+    indices = list(np.ndindex(*x.numblocks))
+    sizes = src.block_sizes()
+    shapes = [tuple(c[i] for c, i in zip(x.chunks, idx, strict=True)) for idx in indices]
+    head = src.header
+    offsets = [len(head), *(len(head) + o for o in itertools.accumulate(sizes))]
+    where = [f"{sink.url}: block {idx}" for idx in indices]
+    write = delayed(_write_block, pure=False)
+    part = delayed(_write_part, pure=False)
+    if sink.min_part == 0:
+        receipts = [sink.write(1, 0, head)]
+        tasks = [
+            write(sink, k + 2, offsets[k], key, x.dtype, shapes[k], where[k])
+            for k, key in enumerate(keys)
+            if sizes[k]
+        ]
+    else:
+        receipts = []
+        size = part_size(src.size, sink)
+        cuts = [*range(0, src.size, size), src.size]
+        tasks = []
+        for number, (start, stop) in enumerate(itertools.pairwise(cuts), start=1):
+            first = max(0, bisect.bisect_right(offsets, start) - 1)
+            pieces, blocks = [], []
+            for k in range(first, len(keys)):
+                lo, hi = max(start, offsets[k]), min(stop, offsets[k + 1])
+                if offsets[k] >= stop:
+                    break
+                if hi > lo:
+                    pieces.append(
+                        (lo - start, lo - offsets[k], hi - offsets[k], shapes[k], where[k])
+                    )
+                    blocks.append(keys[k])
+            piece_head = head[start:stop] if start < len(head) else b""
+            tasks.append(part(sink, number, start, stop, piece_head, pieces, blocks, x.dtype))
+    kwargs: dict[str, Any] = {}
+    if get_scheduler() is dask.threaded.get:  # type: ignore[no-untyped-call]
+        kwargs["num_workers"] = max(sink.concurrency, 2)
+    return receipts + compute_named(tasks, sink.url, **kwargs)
+
+
+def save(url: str, array: Any, *, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Write ``array`` to ``url`` as ``numpy.save`` would, in parallel and atomically.
+
+    Parameters
+    ----------
+    url : str
+        Local path or any fsspec URL (``s3://...``).
+    array : numpy.ndarray, dask.array.Array or array-like
+        The array. A numpy array's bytes are exactly ``numpy.save``'s (Fortran order
+        kept); a dask array is written in C order, as ``numpy.save(numpy.asarray(x))``.
+    storage_options : mapping, optional
+        fsspec's ``storage_options`` for the URL.
+
+    Raises
+    ------
+    UnsupportedError
+        An object array (also a :class:`TypeError`); nothing is written.
+    WriteError
+        A block failed (the error names it; the original exception is chained); nothing
+        appears at the URL, and a local file keeps its previous content.
+
+    Examples
+    --------
+    >>> import numpy as np, npystore
+    >>> npystore.save("/tmp/doc_save.npy", np.asfortranarray(np.eye(3, dtype=">i2")))
+    >>> open("/tmp/doc_save.npy", "rb").read() == (np.save("/tmp/doc_np.npy",
+    ...     np.asfortranarray(np.eye(3, dtype=">i2"))) or open("/tmp/doc_np.npy", "rb").read())
+    True
+    """
+    src = as_source(array, str(url))
+    sink = open_sink(str(url), storage_options, size=src.size)
+    try:
+        receipts = write_npy(sink, src)
+        sink.commit(receipts, src.size)
+    except BaseException:
+        sink.abort()
+        raise

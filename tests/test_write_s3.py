@@ -1,0 +1,148 @@
+"""Writers on S3 (moto): multipart uploads equal to numpy's bytes, parts within S3's limits,
+failures that leave no object and no pending multipart upload, and a dask.distributed
+LocalCluster whose workers upload their own parts."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import pytest
+
+import npystore
+from npystore.fetch import sink as sink_module
+from npystore.write import WriteError
+from npystore.write import npy as write_npy
+
+
+def _npy(a: Any) -> bytes:
+    f = io.BytesIO()
+    np.save(f, a)
+    return f.getvalue()
+
+
+def _pending(s3: Any) -> list[Any]:
+    answer = s3.server.client().list_multipart_uploads(Bucket=s3.bucket)
+    return list(answer.get("Uploads", []))
+
+
+@pytest.fixture
+def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parts of S3's minimum (5 MiB), so a small array makes several."""
+    monkeypatch.setattr(write_npy, "PART_SIZE", sink_module.S3_MIN_PART)
+
+
+def test_save_numpy_and_dask_to_s3(s3: Any, small_parts: None) -> None:
+    rng = np.random.default_rng(0)
+    a = np.asfortranarray(rng.standard_normal((1100, 1300)))  # ~11 MB: 3 parts
+    url = s3.url("a.npy")
+    with s3.counter.measure() as m:
+        npystore.save(url, a, storage_options=s3.storage_options)
+    assert s3.fs.cat(url) == _npy(a)
+    assert m.by_operation["UploadPart"] == 3
+    assert m.by_operation["CompleteMultipartUpload"] == 1
+    x = da.from_array(rng.integers(0, 2**31, (700, 1000)).astype(">i8"), chunks=(130, 300))
+    npystore.save(s3.url("x.npy"), x, storage_options=s3.storage_options)
+    assert s3.fs.cat(s3.url("x.npy")) == _npy(np.asarray(x))
+    for tiny in (
+        np.float32(2.5),
+        np.zeros((0, 3), "<U2"),
+        np.zeros(3, [("a", "<i2"), ("b", ">f8")]),
+    ):
+        npystore.save(s3.url("t.npy"), tiny, storage_options=s3.storage_options)
+        assert s3.fs.cat(s3.url("t.npy")) == _npy(tiny)
+    assert _pending(s3) == []
+
+
+def test_part_size_keeps_within_s3_limits() -> None:
+    class Fake(sink_module.Sink):
+        min_part, max_parts, url = sink_module.S3_MIN_PART, sink_module.S3_MAX_PARTS, "x"
+
+        def write(self, number: int, offset: int, data: Any) -> sink_module.Receipt:
+            raise AssertionError
+
+        def commit(self, receipts: Any, size: int) -> None:
+            raise AssertionError
+
+        def abort(self) -> None:
+            raise AssertionError
+
+    for total in (1, 2**30, 200 * 2**30, 5 * 2**40):
+        size = write_npy.part_size(total, Fake())
+        assert size >= sink_module.S3_MIN_PART
+        assert -(-total // size) <= sink_module.S3_MAX_PARTS
+
+
+def _failing(x: da.Array, bad: int) -> da.Array:
+    def f(block: np.ndarray, block_info: Any = None) -> np.ndarray:
+        if block_info[0]["chunk-location"][0] == bad:
+            raise RuntimeError(f"block {bad} refuses")
+        return block
+
+    return x.map_blocks(f, dtype=x.dtype)
+
+
+def test_failing_block_leaves_nothing_on_s3(s3: Any, small_parts: None) -> None:
+    x = _failing(da.ones((3000, 1000), chunks=(300, 1000)), 7)
+    url = s3.url("fail.npy")
+    with pytest.raises(WriteError, match=r"block \(7, 0\)") as info:
+        npystore.save(url, x, storage_options=s3.storage_options)
+    assert "block 7 refuses" in str(info.value.__cause__)
+    assert not s3.fs.exists(url)
+    assert _pending(s3) == []
+    with pytest.raises(WriteError, match="refuses"):
+        npystore.savez_compressed(url, a=x, storage_options=s3.storage_options)
+    assert not s3.fs.exists(url)
+    assert _pending(s3) == []
+
+
+def test_failing_part_upload_aborts(
+    s3: Any, small_parts: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = sink_module.S3Sink.write
+
+    def flaky(self: Any, number: int, offset: int, data: Any) -> Any:
+        if number == 2:
+            raise npystore.FetchError(f"{self.url}: part {number} lost")
+        return real(self, number, offset, data)
+
+    monkeypatch.setattr(sink_module.S3Sink, "write", flaky)
+    url = s3.url("lost.npz")
+    a = np.random.default_rng(1).standard_normal((2000, 1000))
+    for write in (npystore.save, npystore.savez):
+        # the error names the part (through the task that uploaded it, or directly)
+        with pytest.raises((npystore.FetchError, WriteError), match="part 2 lost"):
+            write(url, a, storage_options=s3.storage_options)
+        assert not s3.fs.exists(url)
+        assert _pending(s3) == []
+
+
+distributed = pytest.importorskip("distributed")
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        yield c
+
+
+@pytest.mark.slow
+def test_local_cluster_workers_upload_their_parts(s3: Any, client: Any, small_parts: None) -> None:
+    x = da.random.default_rng(5).standard_normal((1500, 1000), chunks=(250, 1000))
+    want = _npy(x.compute())
+    url = s3.url("dist.npy")
+    with s3.counter.measure() as m:
+        npystore.save(url, x, storage_options=s3.storage_options)
+    assert s3.fs.cat(url) == want
+    # the parts went up from the worker processes, not through this process's client
+    assert m.by_operation["UploadPart"] == 0
+    assert m.by_operation["CompleteMultipartUpload"] == 1
+    assert _pending(s3) == []
