@@ -15,9 +15,12 @@ rows run each side in a fresh subprocess (``_rss_probe.py``), alternating the sa
 ``mat-small-cell``, ``mat-small-struct``, ``mat-small-v73``, ``mat-many-vars`` (MAT-files of
 many small elements or variables: ``mat_small.py``), ``cloud-npy``, ``cloud-mat73``,
 ``cloud-mat73-matlab``, ``cloud-npz``, ``cloud-sweep`` (the cloud model, 30 ms and 40 MiB/s
-per connection: ``cloud.py``; ``cloud`` names all five).
+per connection: ``cloud.py``; ``cloud`` names all five), ``write-npz-local``,
+``write-s3-cloud``, ``write-s3-cloud10``, ``write-rss`` (the writers: ``write.py``; ``write``
+names all four).
 
-RESULTS.md has one section per group of rows (the main table, the cloud model, its sweep),
+RESULTS.md has one section per group of rows (the main table, the cloud model, its sweep,
+the writers),
 each between ``<!-- section: NAME -->`` markers, then ``FINDINGS.md``. A run rewrites the
 sections it has rows for and keeps the others as they were, so ``--only cloud`` leaves the
 main table alone.
@@ -52,6 +55,7 @@ import cloud  # noqa: E402
 import mat_small  # noqa: E402
 import remote  # noqa: E402
 import startup  # noqa: E402
+import write  # noqa: E402
 from _common import (  # noqa: E402
     LATENCY,
     Row,
@@ -501,6 +505,10 @@ SECTIONS: dict[str, Callable[[list[Row], bool], list[str]]] = {
         *cloud.section_intro(cloud.SWEEP_SECTION, quick, _machine(), _versions()),
         *_table(rows),
     ],
+    write.SECTION: lambda rows, quick: [
+        *write.section_intro(quick, _machine(), _versions()),
+        *_table(rows),
+    ],
 }
 _MARKED = re.compile(r"<!-- section: (\S+) -->\n(.*?)\n<!-- end section: \1 -->", re.S)
 _FINDINGS = "## Findings (profiling notes"
@@ -547,9 +555,10 @@ SCENARIOS: dict[str, tuple[Callable[[Path, int, int], Row | list[Row]], int, int
     "info": (startup.bench_info, 0, 0),
     **mat_small.SCENARIOS,
     **cloud.SCENARIOS,
+    **write.SCENARIOS,
 }
 #: Names for groups of scenarios in ``--only``.
-GROUPS = {"cloud": list(cloud.SCENARIOS)}
+GROUPS = {"cloud": list(cloud.SCENARIOS), "write": list(write.SCENARIOS)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Writer benchmarks (issue 19): each row npystore vs its anchor, measured in turn in one run.
+"""Writer benchmarks (issue 19): each row npystore vs its anchor, timed in turn in one run.
 
 - ``write-npz-local``: ``npystore.savez_compressed`` of compressible float64 data (rounded
   random walk) to a local file vs ``numpy.savez_compressed``; the compressed sizes too.
@@ -8,31 +8,33 @@
   40 MiB/s per connection each way) with ``npystore.save`` vs ``numpy.save`` of the
   computed array into memory + s3fs ``pipe`` (anchor), and vs the upload alone (s3fs
   ``pipe`` of bytes already in memory). Targets: <= 0.3x the anchor, <= 1.2x the upload.
+- ``write-s3-cloud10``: the same at 10 MiB/s per connection. At 40 MiB/s the machine, not
+  the model, bounds uploads (rclone, the proxy and the client share 2 cores: about 60 MiB/s
+  of uploads in all); at 10 MiB/s many connections stay within what the machine carries,
+  so the row shows what concurrency buys against one stream.
 - ``write-rss``: peak RSS (``VmHWM``) of ``npystore.save`` of the same kind of lazily
   generated array to a local file, in a fresh process, against its chunk size. Target:
   < 3 chunks + 64 MiB.
 
-Usage: ``python benchmarks/write.py [--size MiB] [--repeat N] [--only a,b]``; prints one
-line per row.
+Run through ``benchmarks/run.py`` (``--only write`` runs all four); the rows go to their own
+section of ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import npystore
+from _common import Row, Timing, rounds
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -40,42 +42,39 @@ sys.path.insert(0, str(HERE))
 CHUNK = 32 * 2**20
 
 
-def _timed(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeat):
-        for k, fn in fns.items():
-            t = time.perf_counter()
-            fn()
-            out[k].append(time.perf_counter() - t)
-    return out
-
-
-def _med(xs: list[float]) -> float:
-    return statistics.median(xs)
-
-
 def _compressible(nbytes: int) -> np.ndarray:
     rng = np.random.default_rng(0)
     return np.round(np.cumsum(rng.standard_normal(nbytes // 8)), 1)
 
 
-def bench_npz_local(size: int, repeat: int) -> str:
+SECTION = "write"
+
+
+def bench_npz_local(workdir: Path, size: int, repeat: int) -> list[Row]:
     a = _compressible(size)
-    with tempfile.TemporaryDirectory() as d:
-        ours_p, theirs_p = Path(d) / "ours.npz", Path(d) / "numpy.npz"
-        t = _timed(
-            {
-                "npystore": lambda: npystore.savez_compressed(str(ours_p), x=a),
-                "numpy": lambda: np.savez_compressed(theirs_p, x=a),
-            },
-            repeat,
-        )
-        ratio = ours_p.stat().st_size / theirs_p.stat().st_size
-    o, n = _med(t["npystore"]), _med(t["numpy"])
-    return (
-        f"write-npz-local {size >> 20} MiB: npystore {o:.2f} s, numpy {n:.2f} s, "
-        f"ratio {o / n:.2f}x (target <= 0.6); compressed size {ratio:.3f}x numpy's"
+    ours_p, theirs_p = workdir / "write-ours.npz", workdir / "write-numpy.npz"
+    t = rounds(
+        {
+            "npystore": lambda: npystore.savez_compressed(str(ours_p), x=a),
+            "numpy": lambda: np.savez_compressed(theirs_p, x=a),
+        },
+        repeat,
     )
+    ratio = ours_p.stat().st_size / theirs_p.stat().st_size
+    ours_p.unlink()
+    theirs_p.unlink()
+    return [
+        Row(
+            scenario=f"local savez_compressed, {size >> 20} MiB float64 (rounded random walk): "
+            "npystore vs numpy",
+            ours=Timing("npystore.savez_compressed", t["npystore"]),
+            anchor=Timing("numpy.savez_compressed", t["numpy"]),
+            target=0.6,
+            note=f"compressed size {ratio:.3f}x numpy's (npystore: independent 1 MiB deflate "
+            "blocks on every core, ISA-L level 2; numpy: zlib level 6, one thread)",
+            section=SECTION,
+        )
+    ]
 
 
 def _lazy(size: int) -> Any:
@@ -86,34 +85,28 @@ def _lazy(size: int) -> Any:
     return da.random.default_rng(1).standard_normal((n // 1024, 1024), chunks=(rows, 1024))
 
 
-def bench_s3_cloud(size: int, repeat: int) -> str:
+def _s3_rows(workdir: Path, size: int, repeat: int, bandwidth: float) -> list[Row]:
     import fsspec
 
     from _s3 import s3_cloud
-    from cloud import BANDWIDTH, DELAY
+    from cloud import DELAY
 
     x = _lazy(size)
-    with (
-        tempfile.TemporaryDirectory() as d,
-        s3_cloud(Path(d) / "s3", DELAY, BANDWIDTH) as (
-            direct,
-            opts,
-            _proxy,
-        ),
-    ):
+    with s3_cloud(workdir / f"s3-write-{bandwidth:.0f}", DELAY, bandwidth) as (direct, opts, _):
         fsspec.filesystem("s3", **direct).mkdir("bench")
         fs = fsspec.filesystem("s3", **opts)
         fs.ls("bench")  # warm the connection pool
         payload = io.BytesIO()
         np.save(payload, x.compute())
         data = payload.getvalue()
+        del payload
 
         def anchor() -> None:
             f = io.BytesIO()
             np.save(f, x.compute())
             fs.pipe("s3://bench/anchor.npy", f.getvalue())
 
-        t = _timed(
+        t = rounds(
             {
                 "npystore": lambda: npystore.save("s3://bench/ours.npy", x, storage_options=opts),
                 "anchor": anchor,
@@ -121,13 +114,41 @@ def bench_s3_cloud(size: int, repeat: int) -> str:
             },
             repeat,
         )
-        same = fs.cat("s3://bench/ours.npy") == data
-    o, a, u = _med(t["npystore"]), _med(t["anchor"]), _med(t["upload"])
-    return (
-        f"write-s3-cloud {size >> 20} MiB: npystore.save {o:.2f} s, numpy.save + pipe {a:.2f} s "
-        f"({o / a:.2f}x, target <= 0.3), upload alone {u:.2f} s ({o / u:.2f}x, target <= 1.2); "
-        f"bytes equal: {same}"
+        if fs.cat("s3://bench/ours.npy") != data:
+            raise SystemExit("write-s3-cloud: npystore.save wrote other bytes than numpy.save")
+    what = (
+        f"cloud model ({DELAY * 1000:.0f} ms, {bandwidth:.0f} MiB/s per connection), "
+        f"{size >> 20} MiB lazily generated dask array ({CHUNK >> 20} MiB chunks) to S3"
     )
+    ours = Timing("npystore.save", t["npystore"])
+    return [
+        Row(
+            scenario=f"{what}: npystore.save vs numpy.save into memory + s3fs pipe",
+            ours=ours,
+            anchor=Timing("numpy.save + fs.pipe", t["anchor"]),
+            target=0.3,
+            note="npystore: a multipart upload, parts written by the dask tasks as blocks are "
+            "computed; bytes equal numpy.save's (checked)",
+            section=SECTION,
+        ),
+        Row(
+            scenario=f"{what}: npystore.save vs the upload alone (s3fs pipe of the bytes)",
+            ours=ours,
+            anchor=Timing("fs.pipe(bytes)", t["upload"]),
+            target=1.2,
+            section=SECTION,
+        ),
+    ]
+
+
+def bench_s3_cloud(workdir: Path, size: int, repeat: int) -> list[Row]:
+    from cloud import BANDWIDTH
+
+    return _s3_rows(workdir, size, repeat, BANDWIDTH)
+
+
+def bench_s3_cloud10(workdir: Path, size: int, repeat: int) -> list[Row]:
+    return _s3_rows(workdir, size, repeat, 10.0)
 
 
 _PROBE = """
@@ -146,35 +167,54 @@ print(json.dumps({{"baseline_mb": base, "peak_mb": hwm()}}))
 """
 
 
-def bench_rss(size: int) -> str:
-    with tempfile.TemporaryDirectory() as d:
-        code = _PROBE.format(here=str(HERE), size=size, path=str(Path(d) / "x.npy"))
-        cmd = [sys.executable, "-c", code]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    r = json.loads(out.stdout.strip().splitlines()[-1])
-    grew = r["peak_mb"] - r["baseline_mb"]
+def bench_rss(workdir: Path, size: int, repeat: int) -> list[Row]:
+    peaks = []
+    for _ in range(max(1, min(repeat, 2))):
+        code = _PROBE.format(here=str(HERE), size=size, path=str(workdir / "write-rss.npy"))
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        peaks.append((r["peak_mb"] - r["baseline_mb"], r["baseline_mb"]))
+    (workdir / "write-rss.npy").unlink(missing_ok=True)
     limit = 3 * CHUNK / 2**20 + 64
-    return (
-        f"write-rss {size >> 20} MiB lazily generated, {CHUNK >> 20} MiB chunks: peak RSS grew "
-        f"{grew:.0f} MiB over {r['baseline_mb']:.0f} MiB after imports (target < {limit:.0f})"
-    )
+    grew = Timing("peak RSS growth MB", [p for p, _ in peaks], unit="MB")
+    return [
+        Row(
+            scenario=f"peak RSS of npystore.save of a {size >> 20} MiB lazily generated dask array "
+            f"({CHUNK >> 20} MiB chunks) to a local file",
+            ours=grew,
+            anchor=Timing("array size MB", [size / 2**20], unit="MB"),
+            target=None,
+            absolute_target=limit,
+            note=f"growth of VmHWM over the fresh process after imports "
+            f"({statistics.median(b for _, b in peaks):.0f} MiB); target < 3 chunks + 64 MiB",
+            section=SECTION,
+        )
+    ]
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, default=512, help="MiB (default 512)")
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--only", default="write-npz-local,write-s3-cloud,write-rss")
-    args = p.parse_args()
-    size = args.size * 2**20
-    only = set(args.only.split(","))
-    if "write-npz-local" in only:
-        print(bench_npz_local(size, args.repeat), flush=True)
-    if "write-s3-cloud" in only:
-        print(bench_s3_cloud(size, args.repeat), flush=True)
-    if "write-rss" in only:
-        print(bench_rss(size), flush=True)
+def section_intro(quick: bool, machine: str, versions: str) -> list[str]:
+    """The heading and the text above the table of this module's section."""
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    run = "`benchmarks/run.py" + (" --quick" if quick else "") + "`"
+    return [
+        "## Writers",
+        "",
+        f"Generated by {run} on {stamp} on {machine} ({versions}). The cloud rows use the "
+        "model of the cloud section (rclone behind `benchmarks/_proxy.py`, which paces "
+        "request bodies as well as responses). Server, proxy and client share the 2 cores: "
+        "at 40 MiB/s per connection the uploads are bound by the machine (about 60 MiB/s in "
+        "all, with ten connections), so the 10 MiB/s rows show what many connections buy "
+        "against s3fs's one stream.",
+        "",
+    ]
 
 
-if __name__ == "__main__":
-    main()
+#: name -> (benchmark, size in MiB of the full run, size in MiB with --quick)
+SCENARIOS: dict[str, tuple[Any, int, int]] = {
+    "write-npz-local": (bench_npz_local, 512, 32),
+    "write-s3-cloud": (bench_s3_cloud, 512, 32),
+    "write-s3-cloud10": (bench_s3_cloud10, 256, 32),
+    "write-rss": (bench_rss, 512, 64),
+}

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import npystore
-from npystore.read import inflate, memo
+from npystore.read import index, inflate, memo
 
 
 @pytest.fixture(autouse=True)
@@ -142,7 +142,7 @@ def test_a_first_compute_inflates_the_member_once(
     )
     monkeypatch.setattr(inflate, "inflate_into", lambda *a: passes.append("whole") or whole(*a))
     monkeypatch.setattr(
-        inflate, "build_index", lambda *a, **k: passes.append("index") or build(*a, **k)
+        index, "build_index", lambda *a, **k: passes.append("index") or build(*a, **k)
     )
     monkeypatch.setattr(
         inflate.deflate,
@@ -206,10 +206,10 @@ def test_a_compute_through_a_known_index_keeps_ranges_in_flight(
         np.testing.assert_array_equal(z["a"][1_000_000:1_000_100].compute(), a[1_000_000:1_000_100])
     slot = z.archive.index_slot("a.npy")
     assert slot is not None
-    index = slot.get()
-    assert index is not None
+    built = slot.get()
+    assert built is not None
     at = z.info("a").data_offset + 8 * 1_000_000
-    _, start, stop = index.locate(at, at + 800)
+    _, start, stop = built.locate(at, at + 800)
     assert m.bytes <= stop - start + 2 * memo.GRAIN, (m.bytes, stop - start)
 
 

@@ -48,9 +48,9 @@ def test_the_cache_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
 def _slice_in_another_process(url: str, options: dict[str, Any], cache_dir: Path) -> None:
     code = (
         "import json, sys, npystore\n"
-        "import npystore.read.inflate as inflate\n"
+        "import npystore.read.index as index, npystore.read.inflate as inflate\n"
         f"inflate.SMALL_MEMBER = {inflate.SMALL_MEMBER}  # as in the parent: this member is large\n"
-        "inflate.INDEX_SPACING = 2**20  # checkpoints every MiB of output\n"
+        "index.INDEX_SPACING = 2**20  # checkpoints every MiB of output\n"
         "url, options = sys.argv[1], json.loads(sys.argv[2])\n"
         "z = npystore.open_npz(url, storage_options=options)\n"
         "print(float(z['a'][-5:].compute().sum()))\n"

@@ -41,7 +41,7 @@ from npystore.files.zip import (
 )
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE, NpyHeader
 from npystore.read.access import LayoutArray
-from npystore.read.inflate import build_or_load_index
+from npystore.read.index import build_or_load_index
 from npystore.read.layout import Unpickle
 
 __all__ = ["NpzArrays", "NpzFile", "open_npz"]

@@ -47,7 +47,7 @@ from npystore.fetch import RangeReader, open_reader
 from npystore.fetch.cache import IndexCacheOption
 from npystore.files.zip import MemberInfo, ZipArchive, deflated_member
 from npystore.read.crccheck import CrcLedger
-from npystore.read.inflate import build_or_load_index
+from npystore.read.index import build_or_load_index
 from npystore.read.slot import IndexSlot
 from npystore.read.stream import FIRST_READAHEAD, StreamInflater, cached_index
 

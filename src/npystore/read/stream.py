@@ -15,8 +15,9 @@ from npystore.errors import FormatError
 from npystore.fetch import RangeReader, read_cache_file
 from npystore.formats import deflate
 from npystore.formats.deflate import Checkpoint, DeflateIndex
-from npystore.read.inflate import INPUT_SLICE, STREAM_BLOCK, index_cache_path
+from npystore.read.index import index_cache_path
 from npystore.read.layout import DeflatedMember
+from npystore.read.sequential import INPUT_SLICE, STREAM_BLOCK
 from npystore.read.slot import IndexSlot
 
 __all__ = ["FIRST_READAHEAD", "StreamInflater", "cached_index"]
