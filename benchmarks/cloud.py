@@ -37,7 +37,9 @@ import itertools
 import json
 import math
 import os
+import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -340,12 +342,15 @@ def _npz_fns(c: Cloud, key: str, n: int, workdir: Path) -> dict[str, Callable[[]
     url = f"s3://{BUCKET}/{key}"
     chunks = -(-n // NPZ_CHUNKS)
     fresh = itertools.count()
+    for old in workdir.glob("index-cache-cold-*"):  # earlier runs' (never reused)
+        shutil.rmtree(old, ignore_errors=True)
+    cold_root = Path(tempfile.mkdtemp(dir=workdir, prefix="index-cache-cold-"))
 
     def compute_cold() -> Any:  # the first open ever: no checkpoint index anywhere yet
         memo.forget()
-        where = workdir / "index-cache" / f"cold-{next(fresh)}"
+        where = cold_root / str(next(fresh))
         z = npystore.open_npz(url, chunks=chunks, storage_options=c.opts, index_cache=str(where))
-        return z[MEMBER].compute()
+        return z[MEMBER].compute()  # (its index is built in the background after)
 
     def compute() -> Any:  # a later process: the index persisted by an earlier one
         memo.forget()

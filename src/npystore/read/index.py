@@ -263,7 +263,9 @@ def _background() -> ThreadPoolExecutor:
     global _BACKGROUND  # noqa: PLW0603 - made on first use
     with _BACKGROUND_LOCK:
         if _BACKGROUND is None:
-            _BACKGROUND = ThreadPoolExecutor(1, thread_name_prefix="npystore-index")
+            _BACKGROUND = ThreadPoolExecutor(
+                1, thread_name_prefix="npystore-index", initializer=_lower_priority
+            )
         return _BACKGROUND
 
 
@@ -273,6 +275,15 @@ def wait_for_background() -> None:
         pool = _BACKGROUND
     if pool is not None:
         pool.submit(lambda: None).result()  # one thread, in order: everything before is done
+
+
+def _lower_priority() -> None:
+    """Run the background thread at the lowest CPU priority (Linux: per thread): the
+    chunk reads of the compute that started it come first on a busy machine."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):  # not Linux, or not allowed: the normal priority
+        return
 
 
 def _build_later(reader: RangeReader, member: DeflatedMember, slot: IndexSlot) -> None:

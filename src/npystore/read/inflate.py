@@ -17,6 +17,8 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Final
 
+import numpy as np
+
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader
 from npystore.formats import deflate
@@ -100,8 +102,8 @@ def _index_or_whole(
     size = member.uncompressed_size
     if size > KEEP_MEMBER or member.compressed_size > MEMO_MEMBER or not memo.make_room(size):
         return build_or_load_index(reader, member, slot.cache_dir)
-    whole = bytearray(size)
-    inflate_into(reader, member, memoryview(whole))  # checks the CRC-32
+    whole = memoryview(np.empty(size, np.uint8).data)  # not zero-filled: all is written
+    inflate_into(reader, member, whole)  # checks the CRC-32
     slot.keep(whole, until_read=True)
     memo.held(slot, size)
     build_in_background(reader, member, slot)

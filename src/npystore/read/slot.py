@@ -35,12 +35,12 @@ class IndexSlot:
         #: Local directory where indexes are kept between processes and sessions (or None).
         self.cache_dir = cache_dir
         self._lock = threading.Lock()
-        self._inflated: bytes | bytearray | None = None
+        self._inflated: bytes | bytearray | memoryview | None = None
         #: With ``until_read``: output bytes still to be served before the kept bytes go.
         self._unread: int | None = None
         self._unread_lock = threading.Lock()  # not ``_lock``: an index build holds that
 
-    def keep(self, inflated: bytes | bytearray, *, until_read: bool = False) -> None:
+    def keep(self, inflated: bytes | bytearray | memoryview, *, until_read: bool = False) -> None:
         """Keep the whole member's inflated (and checked) bytes for reads in this process;
         with ``until_read``, only until all but :data:`UNREAD_SLACK` of them have been
         served (:meth:`serve`: a dask compute reads each chunk once; the npy header before
@@ -48,7 +48,7 @@ class IndexSlot:
         self._inflated = inflated
         self._unread = len(inflated) - UNREAD_SLACK if until_read else None
 
-    def inflated(self) -> bytes | bytearray | None:
+    def inflated(self) -> bytes | bytearray | memoryview | None:
         """The member's inflated bytes, when kept in this process (:meth:`keep`)."""
         return self._inflated
 
