@@ -406,8 +406,9 @@ def bench_cloud_npz(workdir: Path, size: int, repeat: int) -> list[Row]:
             ours=Timing(f'open_npz()["x"].compute(), {NPZ_CHUNKS} chunks, no index', t["cold"]),
             anchor=anchor,
             target=0.5,
-            note=f"{fresh}, with an empty index cache: the index pass inflates the member, "
-            f"then the chunks inflate from its checkpoints; moved: {cost(first)} (response "
+            note=f"{fresh}, with an empty index cache: the first chunk task inflates the "
+            "member whole (kept until every chunk has read its part), its index is built "
+            f"after, in the background; moved: {cost(first)} (response "
             f"bytes counted by the proxy, headers included); load average {load} -> "
             f"{_load_avg()}",
             section=SECTION,
