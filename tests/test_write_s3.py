@@ -146,3 +146,44 @@ def test_local_cluster_workers_upload_their_parts(s3: Any, client: Any, small_pa
     assert m.by_operation["UploadPart"] == 0
     assert m.by_operation["CompleteMultipartUpload"] == 1
     assert _pending(s3) == []
+
+
+def test_a_stalled_server_fails_the_write_instead_of_hanging(
+    s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that accepts connections and never answers, botocore's read timeout far
+    away: the write's own deadline ends it with an error naming the step."""
+    import socket
+    import threading
+    import time
+
+    monkeypatch.setattr(sink_module, "S3_STALL", 1.0)
+    held: list[socket.socket] = []
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def hold() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])  # read nothing, answer nothing
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    opts = s3.server.storage_options(
+        client_kwargs={"endpoint_url": f"http://127.0.0.1:{server.getsockname()[1]}"},
+        config_kwargs={"retries": {"max_attempts": 1}, "read_timeout": 600},
+    )
+    try:
+        began = time.monotonic()
+        with pytest.raises(npystore.FetchError, match=r"starting the upload failed: no answer"):
+            npystore.save(s3.url("stalled.npy"), np.arange(1000.0), storage_options=opts)
+        assert time.monotonic() - began < 30
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        server.close()

@@ -12,7 +12,10 @@ aborts, and nothing appears at the URL.
 - S3 (:class:`S3Sink`): a multipart upload (``CreateMultipartUpload``); each part is one
   ``UploadPart`` (at least :data:`S3_MIN_PART` bytes except the last, at most
   :data:`S3_MAX_PARTS` parts); ``commit`` is ``CompleteMultipartUpload``; ``abort`` is
-  ``AbortMultipartUpload``, so no pending upload (nor its storage) is left behind.
+  ``AbortMultipartUpload``, so no pending upload (nor its storage) is left behind. Every
+  request has a deadline (:func:`s3_deadline`: :data:`S3_STALL` seconds plus one per
+  :data:`S3_SLOWEST` bytes of body): a server or proxy that stops answering makes the write
+  fail (and abort) instead of hanging.
 - every other fsspec filesystem (:class:`SpoolSink`): parts are spooled into a local
   temporary file (as :class:`LocalSink` does), and ``commit`` uploads it with one
   ``put_file`` to a temporary name beside the destination and moves it into place
@@ -32,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from fsspec.asyn import FSTimeoutError, sync
 from fsspec.implementations.local import LocalFileSystem
 
 from npystore.errors import FetchError
@@ -42,12 +46,15 @@ from npystore.fetch.s3 import is_s3
 __all__ = [
     "S3_MAX_PARTS",
     "S3_MIN_PART",
+    "S3_SLOWEST",
+    "S3_STALL",
     "LocalSink",
     "Receipt",
     "S3Sink",
     "Sink",
     "SpoolSink",
     "open_sink",
+    "s3_deadline",
 ]
 
 log = logging.getLogger(__name__)
@@ -56,7 +63,20 @@ log = logging.getLogger(__name__)
 S3_MIN_PART: Final = 5 * 2**20
 S3_MAX_PARTS: Final = 10_000
 #: Largest single ``pwrite`` (Linux writes at most about 2 GiB per call).
+#: Seconds any S3 request of a write may take beyond its body's transfer (below) before the
+#: write fails: a stalled server or proxy must not hang ``save`` forever (botocore's read
+#: timeout does not cover a request whose body is never sent, e.g. an unanswered
+#: ``Expect: 100-continue``).
+S3_STALL: Final = 120.0
+#: Slowest upload a deadline allows for, bytes per second (a 16 MiB part: 64 s more).
+S3_SLOWEST: Final = 256 * 2**10
+
 _PWRITE_MAX: Final = 2**30
+
+
+def s3_deadline(nbytes: int) -> float:
+    """Seconds an S3 request of a write carrying ``nbytes`` of body may take."""
+    return S3_STALL + nbytes / S3_SLOWEST
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,9 +284,15 @@ class S3Sink(Sink):
         )
         self.upload_id: str = answer["UploadId"]
 
-    def _call(self, method: str, doing: str, **kwargs: Any) -> Any:
+    def _call(self, method: str, doing: str, nbytes: int = 0, **kwargs: Any) -> Any:
+        deadline = s3_deadline(nbytes)
         try:
-            return self.fs.call_s3(method, **kwargs)
+            return sync(self.fs.loop, self.fs._call_s3, method, timeout=deadline, **kwargs)
+        except FSTimeoutError as exc:
+            raise FetchError(
+                f"{self.url}: {doing} failed: no answer within {deadline:.0f} s (the server "
+                "or a proxy stopped; the upload is aborted)"
+            ) from exc
         except (OSError, ValueError) as exc:
             raise FetchError(f"{self.url}: {doing} failed: {exc}") from exc
 
@@ -277,6 +303,7 @@ class S3Sink(Sink):
         answer = self._call(
             "upload_part",
             f"uploading part {number} (bytes {offset}..{offset + len(body)})",
+            len(body),
             Bucket=self.bucket,
             Key=self.key,
             UploadId=self.upload_id,
@@ -302,13 +329,14 @@ class S3Sink(Sink):
 
     def abort(self) -> None:
         try:
-            self.fs.call_s3(
+            self._call(
                 "abort_multipart_upload",
+                "aborting the upload",
                 Bucket=self.bucket,
                 Key=self.key,
                 UploadId=self.upload_id,
             )
-        except Exception as exc:
+        except FetchError as exc:
             log.warning(
                 "%s: the multipart upload %s was not aborted: %s", self.url, self.upload_id, exc
             )
