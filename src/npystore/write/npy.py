@@ -105,7 +105,9 @@ def write_npy(sink: Sink, src: Source) -> list[Receipt]:
             piece_head = head[start:stop] if start < len(head) else b""
             tasks.append(part(sink, number, start, stop, piece_head, pieces, blocks, x.dtype))
     kwargs: dict[str, Any] = {}
-    if get_scheduler() is dask.threaded.get:  # type: ignore[no-untyped-call]
+    # no scheduler configured (None) means dask's default for arrays, the threaded one: it
+    # would run as many part uploads at once as there are cores
+    if get_scheduler() in (None, dask.threaded.get):  # type: ignore[no-untyped-call]
         kwargs["num_workers"] = max(sink.concurrency, 2)
     return receipts + compute_named(tasks, sink.url, **kwargs)
 
