@@ -57,6 +57,32 @@ def test_save_numpy_and_dask_to_s3(s3: Any, small_parts: None) -> None:
     assert _pending(s3) == []
 
 
+def test_parts_upload_concurrently_with_the_default_scheduler(
+    s3: Any, small_parts: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dask's default scheduler for arrays (none configured) would run one part upload per
+    core; the save gives the part tasks the sink's concurrency instead."""
+    import dask
+
+    real = sink_module.S3Sink.write
+    seen: list[int] = []
+
+    def held(self: Any, number: int, offset: int, data: Any) -> Any:
+        import time
+
+        seen.append(number)
+        time.sleep(0.2)  # every part in flight at once, if the scheduler lets them
+        return real(self, number, offset, data)
+
+    monkeypatch.setattr(sink_module.S3Sink, "write", held)
+    x = da.zeros((6 * sink_module.S3_MIN_PART // 8,), chunks=sink_module.S3_MIN_PART // 8)
+    assert dask.config.get("scheduler", None) is None
+    with s3.counter.measure() as m:
+        npystore.save(s3.url("c.npy"), x, storage_options=s3.storage_options)
+    assert sorted(seen) == list(range(1, 8))  # the header makes a seventh part
+    assert m.max_in_flight > 2, m
+
+
 def test_part_size_keeps_within_s3_limits() -> None:
     class Fake(sink_module.Sink):
         min_part, max_parts, url = sink_module.S3_MIN_PART, sink_module.S3_MAX_PARTS, "x"
