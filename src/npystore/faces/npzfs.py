@@ -47,9 +47,9 @@ from npystore.fetch import RangeReader, open_reader
 from npystore.fetch.cache import IndexCacheOption
 from npystore.files.zip import MemberInfo, ZipArchive, deflated_member
 from npystore.read.crccheck import CrcLedger
-from npystore.read.index import build_or_load_index
+from npystore.read.index import build_or_load_index, load_cached_index
 from npystore.read.slot import IndexSlot
-from npystore.read.stream import FIRST_READAHEAD, StreamInflater, cached_index
+from npystore.read.stream import FIRST_READAHEAD, StreamInflater
 
 __all__ = ["DeflatedMemberFile", "NpzFileSystem", "StoredMemberFile", "register_protocol"]
 
@@ -337,7 +337,7 @@ class DeflatedMemberFile(_MemberFile):
         slot = fs.archive.index_slot(info.entry.name) or IndexSlot()
         member = deflated_member(info)
         if slot.get() is None and fs.index_cache is not None:
-            cached = cached_index(fs.reader, member, fs.index_cache)
+            cached = load_cached_index(fs.reader, member, fs.index_cache)
             if cached is not None:
                 slot.set(cached)
         self.inflater = StreamInflater(fs.reader, member, slot)

@@ -32,6 +32,7 @@ from npystore.read.slot import IndexSlot
 __all__ = [
     "INDEX_SPACING",
     "MemberGzipFile",
+    "build_and_cache_index",
     "build_in_background",
     "build_index",
     "build_or_load_index",
@@ -218,7 +219,8 @@ def index_cache_path(reader: RangeReader, member: DeflatedMember, cache_dir: str
 def load_cached_index(
     reader: RangeReader, member: DeflatedMember, cache_dir: str | None
 ) -> DeflateIndex | None:
-    """The member's index from the local cache, when there is one for this object."""
+    """The member's index from the local cache, when there is one for this object and it
+    matches the member's sizes (a damaged entry counts as none: the caller rebuilds it)."""
     if cache_dir is None:
         return None
     path = index_cache_path(reader, member, cache_dir)
@@ -244,6 +246,13 @@ def build_or_load_index(
     cached = load_cached_index(reader, member, cache_dir)
     if cached is not None:
         return cached
+    return build_and_cache_index(reader, member, cache_dir)
+
+
+def build_and_cache_index(
+    reader: RangeReader, member: DeflatedMember, cache_dir: str | None
+) -> DeflateIndex | None:
+    """Build the member's index (:func:`build_index`) and write it to the cache directory."""
     index = build_index(reader, member)
     if index is not None and cache_dir is not None:
         write_cache_file(index_cache_path(reader, member, cache_dir), index.to_bytes())

@@ -27,6 +27,7 @@ from npystore.read import memo
 from npystore.read.index import (
     INDEX_SPACING,
     MemberGzipFile,
+    build_and_cache_index,
     build_in_background,
     build_index,
     build_or_load_index,
@@ -101,7 +102,7 @@ def _index_or_whole(
         return cached
     size = member.uncompressed_size
     if size > KEEP_MEMBER or member.compressed_size > MEMO_MEMBER or not memo.make_room(size):
-        return build_or_load_index(reader, member, slot.cache_dir)
+        return build_and_cache_index(reader, member, slot.cache_dir)  # (nothing cached)
     whole = memoryview(np.empty(size, np.uint8).data)  # not zero-filled: all is written
     inflate_into(reader, member, whole)  # checks the CRC-32
     slot.keep(whole, until_read=True)

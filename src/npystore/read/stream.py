@@ -12,15 +12,14 @@ import bisect
 from typing import Final
 
 from npystore.errors import FormatError
-from npystore.fetch import RangeReader, read_cache_file
+from npystore.fetch import RangeReader
 from npystore.formats import deflate
 from npystore.formats.deflate import Checkpoint, DeflateIndex
-from npystore.read.index import index_cache_path
 from npystore.read.layout import DeflatedMember
 from npystore.read.sequential import INPUT_SLICE, STREAM_BLOCK
 from npystore.read.slot import IndexSlot
 
-__all__ = ["FIRST_READAHEAD", "StreamInflater", "cached_index"]
+__all__ = ["FIRST_READAHEAD", "StreamInflater"]
 
 #: The first compressed piece fetched after a (re)start; pieces double up to STREAM_BLOCK.
 FIRST_READAHEAD: Final = 64 * 2**10
@@ -145,19 +144,3 @@ class StreamInflater:
                     f"{self._source}: CRC-32 of the inflated member is {self._crc:08x}, the "
                     f"ZIP directory says {expected:08x}"
                 )
-
-
-def cached_index(
-    reader: RangeReader, member: DeflatedMember, cache_dir: str
-) -> DeflateIndex | None:
-    """The member's index from ``cache_dir`` if it is there and matches (never builds)."""
-    path = index_cache_path(reader, member, cache_dir)
-    data = read_cache_file(path)
-    if data is None:
-        return None
-    try:
-        index = DeflateIndex.from_bytes(data, source=path)
-    except FormatError:
-        return None  # a damaged entry: :meth:`NpzFileSystem.build_index` rewrites it
-    sizes = (index.compressed_size, index.uncompressed_size)
-    return index if sizes == (member.compressed_size, member.uncompressed_size) else None
