@@ -259,8 +259,7 @@ def _block_refs(node: ArrayNode, layout: ArrayLayout, storage: DeflatedExtent) -
             offsets, lengths = offsets.transpose(), lengths.transpose()
     size = math.prod(chunks) * layout.dtype.itemsize
     codec = {"id": RAW_DEFLATE_ID, "size": size}
-    return ArrayRefs(shaped, (codec,), np.ascontiguousarray(offsets),
-                     np.ascontiguousarray(lengths), {})  # fmt: skip
+    return ArrayRefs(shaped, (codec,), offsets.copy(), lengths.copy(), {})
 
 
 def _chunks_of_blocks(layout: ArrayLayout, usizes: tuple[int, ...]) -> tuple[int, ...] | None:
