@@ -397,13 +397,16 @@ def _inflate_into(d: Any, data: memoryview, skip: int, out: memoryview) -> int:
     produced = 0
     fed = 0
     tail: bytes | memoryview = b""
+    capped = False  # the last call stopped at its limit: it may hold output back
     while produced < want:
-        if not tail:
+        if not tail and not capped:
             if fed >= len(data) or d.eof:
                 break
             tail = data[fed : fed + _IN_PIECE]
             fed += len(tail)
-        chunk = d.decompress(tail, min(_OUT_PIECE, want - produced))
+        limit = min(_OUT_PIECE, want - produced)
+        chunk = d.decompress(tail, limit)
+        capped = len(chunk) == limit and not d.eof
         tail = d.unconsumed_tail
         lo, hi = max(produced, skip), min(produced + len(chunk), want)
         if hi > lo:
@@ -484,10 +487,20 @@ def inflate_chunk(data: bytes | memoryview, size: int, *, source: str = "<chunk>
         Corrupt data, output past ``size``, a stream cut short, or bytes after its end.
     """
     d = raw_decompressobj()
+    pieces: list[bytes] = []
+    produced = 0
+    tail: bytes | memoryview = data
     try:
-        out: bytes = d.decompress(data, size + 1)
+        while produced <= size and not d.eof:
+            piece: bytes = d.decompress(tail, size + 1 - produced)
+            tail = d.unconsumed_tail
+            if not piece:
+                break  # input used up, no output held back
+            pieces.append(piece)
+            produced += len(piece)
     except INFLATE_ERRORS as exc:
         raise FormatError(f"{source}: corrupt deflate data: {exc}") from None
+    out = b"".join(pieces)
     if len(out) > size:
         raise FormatError(
             f"{source}: the deflate block inflates past {size} bytes, the size of one chunk"
