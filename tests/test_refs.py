@@ -498,7 +498,10 @@ def test_the_documented_refs_command_works(tmp_path: Path, monkeypatch: pytest.M
     np.save(tmp_path / "big.npy", want)
     monkeypatch.chdir(tmp_path)
     # the docs' command, and the one issue 26 found failing (an edge past the file's end)
-    for argv in [*commands, ["npystore", "refs", "big.npy", "--chunks", "100000,-1", "-o", "x.json"]]:
+    for argv in [
+        *commands,
+        ["npystore", "refs", "big.npy", "--chunks", "100000,-1", "-o", "x.json"],
+    ]:
         assert cli.main(argv[1:]) == 0, argv
         out = argv[argv.index("-o") + 1]
         refs = json.loads((tmp_path / out).read_text())

@@ -19,7 +19,6 @@ import pytest
 
 import npystore
 from npystore.errors import UnsupportedError
-from npystore.faces.refs import plan
 
 h5py = pytest.importorskip("h5py")
 pytest.importorskip("kerchunk")
@@ -172,7 +171,8 @@ def test_filters_numcodecs_lacks_inline_small_refuse_large(
     assert set(inlined(refs)) == {"x/0.0"}  # the values, decoded by npystore, in one chunk
     np.testing.assert_array_equal(open_refs(refs, remote_protocol="file")["x"][...], x)
     with pytest.raises(
-        UnsupportedError, match=r"lzf\.mat:x: 4800 bytes, HDF5 chunks filtered by lzf.*npystore convert"
+        UnsupportedError,
+        match=r"lzf\.mat:x: 4800 bytes, HDF5 chunks filtered by lzf.*npystore convert",
     ):
         npystore.to_kerchunk(str(path), max_inline=1000)
 

@@ -103,7 +103,7 @@ except ImportError:  # zarr-python < 3.1.3 or not installed: Zarr v2 readers onl
     RawDeflateZarr3: Any = None
 else:
 
-    class RawDeflateZarr3(_NumcodecsBytesBytesCodec, codec_name=RAW_DEFLATE_ID):  # type: ignore[misc, no-redef]
+    class RawDeflateZarr3(_NumcodecsBytesBytesCodec, codec_name=RAW_DEFLATE_ID):  # type: ignore[no-redef]
         """:class:`RawDeflate` as a Zarr v3 bytes-to-bytes codec
         (``{"name": "numcodecs.npystore.raw_deflate", "configuration": {"size": ...}}``)."""
 

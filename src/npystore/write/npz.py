@@ -194,7 +194,7 @@ def _encode(
     stop = start + raw.nbytes
     cut = first if start < first else first + (start - first) // step * step + step
     cuts = [start, *range(cut, stop, step), stop] if cut < stop else [start, stop]
-    ends = [c == stop and final or c == first or (c > first and (c - first) % step == 0)
+    ends = [(c == stop and final) or c == first or (c > first and (c - first) % step == 0)
             for c in cuts[1:]]  # fmt: skip
     pieces = [raw[a - start : b - start] for a, b in itertools.pairwise(cuts)]
     last = len(pieces) - 1
@@ -206,9 +206,7 @@ def _encode(
     crc = 0
     for (_, c), p in zip(done, pieces, strict=True):
         crc = crc32_combine(crc, c, p.nbytes)
-    out = tuple(
-        (len(d), p.nbytes, c, e) for (d, c), p, e in zip(done, pieces, ends, strict=True)
-    )
+    out = tuple((len(d), p.nbytes, c, e) for (d, c), p, e in zip(done, pieces, ends, strict=True))
     return _Encoded(b"".join(d for d, _ in done), raw.nbytes, crc, out)
 
 

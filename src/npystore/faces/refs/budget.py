@@ -42,7 +42,7 @@ _WAYS: Final[dict[str, str]] = {
 }
 
 
-class OverBudget(Exception):  # noqa: N818 - a signal inside planning, never raised to users
+class OverBudget(Exception):
     """An array's inlined bytes did not fit (recorded in the budget)."""
 
 

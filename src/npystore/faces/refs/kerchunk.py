@@ -219,10 +219,10 @@ def v2_dtype_problem(dtype: np.dtype[Any]) -> str | None:
         return "an aligned record (align=True)"
     offset = 0
     for name in dtype.names:
-        entry = dtype.fields[name]  # type: ignore[index]
-        field, at = entry[0], entry[1]
-        if len(entry) > 2:
-            return f"a record with field titles ({entry[2]!r} of {name!r})"
+        entry: tuple[Any, ...] = dtype.fields[name]  # type: ignore[index]
+        field, at, title = entry[0], entry[1], entry[2:]
+        if title:
+            return f"a record with field titles ({title[0]!r} of {name!r})"
         if field.subdtype is not None:
             return f"a record with a subarray field ({name!r}: {field.str} {field.shape})"
         if field.names is not None:

@@ -229,8 +229,6 @@ _CONVERT_NPZ: Final = (
 def _block_refs(node: ArrayNode, layout: ArrayLayout, storage: DeflatedExtent) -> ArrayRefs | str:
     """The plan of a deflated member whose block index gives one chunk per block, or why
     it does not (the reason, for the refusal or the inline budget)."""
-    from npystore.codecs import RAW_DEFLATE_ID  # noqa: PLC0415 - numcodecs, only when used
-
     blocks = storage.member.blocks
     if blocks is None:
         return "a deflated member without a block index (its bytes are one deflate stream)"
@@ -257,6 +255,8 @@ def _block_refs(node: ArrayNode, layout: ArrayLayout, storage: DeflatedExtent) -
         lengths = sizes.reshape(file_grid)
         if layout.order == "F":
             offsets, lengths = offsets.transpose(), lengths.transpose()
+    from npystore.codecs import RAW_DEFLATE_ID  # noqa: PLC0415 - numcodecs, only when used
+
     size = math.prod(chunks) * layout.dtype.itemsize
     codec = {"id": RAW_DEFLATE_ID, "size": size}
     return ArrayRefs(shaped, (codec,), offsets.copy(), lengths.copy(), {})
@@ -273,12 +273,11 @@ def _chunks_of_blocks(layout: ArrayLayout, usizes: tuple[int, ...]) -> tuple[int
         return tuple(max(1, n) for n in shape) if usizes[0] == layout.nbytes else None
     file_shape = shape if layout.order == "C" else shape[::-1]
     size = usizes[0]
-    for d, n in enumerate(file_shape):
-        unit = itemsize * math.prod(file_shape[d + 1 :])
-        if unit <= size:
-            break
-    else:
+    units = [itemsize * math.prod(file_shape[d + 1 :]) for d in range(len(file_shape))]
+    d = next((d for d, unit in enumerate(units) if unit <= size), None)
+    if d is None:
         return None
+    n, unit = file_shape[d], units[d]
     count, rest = divmod(size, unit)
     if rest or count > n or (d > 0 and n % count):
         return None
