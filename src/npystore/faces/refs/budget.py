@@ -31,8 +31,8 @@ Why = Literal["deflated", "chunks", "values"]
 
 _WAYS: Final[dict[str, str]] = {
     "deflated": (
-        "re-deflate the archive with a block index, `npystore convert IN.npz OUT.npz` "
-        "(npystore.savez_compressed writes one), whose blocks references point at"
+        "re-deflate the archive with a block index (`npystore convert IN.npz OUT.npz`, as "
+        "npystore.savez_compressed writes it), whose references point at its blocks"
     ),
     "chunks": (
         "pass chunks= (--chunks) whose length along the split axis divides it and that split "

@@ -234,7 +234,7 @@ def _block_refs(node: ArrayNode, layout: ArrayLayout, storage: DeflatedExtent) -
         return "a deflated member without a block index (its bytes are one deflate stream)"
     old = (
         "a deflated member whose blocks are not whole chunks of the array (written by an "
-        "npystore before 0.2, or by another writer)"
+        "earlier npystore, or by another writer)"
     )
     usizes = blocks.usizes
     if usizes[0] != storage.data_start or sum(usizes[1:]) != storage.nbytes:
