@@ -366,6 +366,7 @@ print(json.dumps({"peak_mib": (peak_kib() - base) / 1024, "refused": refused}))
 """
 
 
+@pytest.mark.slow  # a fresh interpreter, 16 MiB inflated
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="VmHWM is Linux's")
 def test_a_small_archive_that_inflates_large_costs_little_memory(tmp_path: Path) -> None:
     # issue 24: 150 deflated members of 4 MiB zeros (a 640 KB archive) gave 818 MB of JSON,

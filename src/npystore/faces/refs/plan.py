@@ -283,6 +283,8 @@ def _chunks_of_blocks(layout: ArrayLayout, usizes: tuple[int, ...]) -> tuple[int
         return None
     outer = math.prod(file_shape[:d])
     full, tail = divmod(n, count)
+    if outer * (full + bool(tail)) != len(usizes):
+        return None
     want = ((size,) * full + ((tail * unit,) if tail else ())) * outer
     if tuple(usizes) != want:
         return None
@@ -463,6 +465,15 @@ def _raw_refs(node: ArrayNode, budget: InlineBudget, references_only: bool) -> A
         chunks[d] >= layout.shape[d] for d in order[lead + 1 :]
     )  # outer chunk lengths are 1, inner ones whole axes: every chunk is one range
     length = math.prod(chunks) * layout.dtype.itemsize
+    source = node.array.source
+    if not contiguous:  # no chunk is a range: all inlined (reserved before any is read)
+        if references_only:
+            raise UnsupportedError(
+                f"{source}: chunks of shape {chunks} are not byte ranges of the file (pass "
+                f"chunks that split only the slowest-varying axis)"
+            )
+        why = _why_chunks(layout, chunks, contiguous)
+        budget.take(source, math.prod(grid) * length, why, "chunks")
     todo: list[tuple[int, ...]] = []
     for index in itertools.product(*(range(g) for g in grid)):
         start = storage.offset + sum(
@@ -474,13 +485,12 @@ def _raw_refs(node: ArrayNode, budget: InlineBudget, references_only: bool) -> A
             continue
         if references_only:
             raise UnsupportedError(
-                f"{node.array.source}: chunk {index} of shape {chunks} is not one byte range "
-                f"of the file (pass chunks that split only the slowest-varying axis)"
+                f"{source}: chunk {index} of shape {chunks} lies past the end of the file "
+                f"(pass chunks whose length divides the split axis)"
             )
         todo.append(index)
-    if todo:
-        budget.take(node.array.source, len(todo) * length, _why_chunks(layout, chunks, contiguous),
-                    "chunks")  # fmt: skip
+    if todo and contiguous:  # edge chunks past the end of the file
+        budget.take(source, len(todo) * length, _why_chunks(layout, chunks, contiguous), "chunks")
     inline = {index: node.chunk_bytes(index) for index in todo}
     return ArrayRefs(node, (), offsets, lengths, inline)
 
