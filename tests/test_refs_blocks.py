@@ -304,3 +304,19 @@ def test_s3_references_to_a_savez_compressed_archive(tmp_path: Path, s3: Any) ->
     group = zarr.open_group(FsspecStore(fs=fs, read_only=True, path=""), mode="r")
     np.testing.assert_array_equal(group["temps"][:10], temps[:10])
     np.testing.assert_array_equal(group["temps"][...], temps)
+
+
+@pytest.mark.parametrize(
+    ("shape", "itemsize", "size"),
+    [
+        ((100_000, 3), 8, 1048560),  # 43,690 rows a block, the last block shorter
+        ((10, 3), 8, 240),  # one block holds every row
+        ((5, 700, 1000), 4, 700_000),  # rows over 1 MiB: 175 of 700 (a divisor) per block
+        ((3, 1_000_003), 4, None),  # a prime next axis: no block of whole chunks
+        ((), 8, 8),  # 0-d: one element
+        ((0, 4), 8, 2**20),  # no data
+        ((1, 2**21), 1, 2**20),  # one row of 2 MiB: halves
+    ],
+)
+def test_aligned_block_size(shape: tuple[int, ...], itemsize: int, size: int | None) -> None:
+    assert npz_writer.aligned_block_size(shape, itemsize, 2**20) == size

@@ -58,6 +58,9 @@ __all__ = [
 #: Uncompressed bytes of one independent deflate block (more for members so large that
 #: the block index would need more than ~4,000 blocks).
 DEFLATE_BLOCK: Final = 2**20
+#: Smallest block of whole chunks when rows are larger than a block (a divisor of the next
+#: axis); below it, blocks are cut every DEFLATE_BLOCK bytes instead.
+MIN_ALIGNED_BLOCK: Final = 128 * 2**10
 #: Members (and directories) whose sizes may reach this are written with ZIP64 records.
 ZIP64_FROM: int = zipdir.ZIP64_LIMIT
 STORED, DEFLATED = 0, 8
@@ -87,10 +90,12 @@ def aligned_block_size(shape: tuple[int, ...], itemsize: int, target: int) -> in
     (a row) fits ``target``, blocks hold as many rows as fit (the last block what is left);
     otherwise they hold ``c`` indices of the first axis whose index fits, with ``c`` dividing
     that axis (the axes before it chunked by 1), so every block is whole chunks of one
-    shape. ``None`` where no such block fits ``target`` within :data:`zipdir.MAX_BLOCKS`.
+    shape. ``None`` where no such block fits ``target`` within :data:`zipdir.MAX_BLOCKS`,
+    or where the divisor leaves blocks under :data:`MIN_ALIGNED_BLOCK` (they would compress
+    poorly).
 
-    >>> aligned_block_size((1000, 3), 8, 2**10), aligned_block_size((5, 100, 10), 4, 2**10)
-    (1008, 1000)
+    >>> aligned_block_size((100_000, 3), 8, 2**20), aligned_block_size((5, 700, 1000), 4, 2**20)
+    (1048560, 700000)
     """
     data = math.prod(shape) * itemsize
     if data == 0:
@@ -101,6 +106,8 @@ def aligned_block_size(shape: tuple[int, ...], itemsize: int, target: int) -> in
             continue
         count = min(n, target // unit) if d == 0 else largest_divisor(n, target // unit)
         size = count * unit
+        if d > 0 and size < MIN_ALIGNED_BLOCK:
+            return None
         return size if -(-data // size) < zipdir.MAX_BLOCKS else None
     return data if not shape and data <= target else None
 

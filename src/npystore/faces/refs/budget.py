@@ -77,11 +77,18 @@ class InlineBudget:
             raise OverBudget(source)
         self.used += nbytes
 
-    def adjust(self, source: str, delta: int, reason: str, why: Why) -> None:
-        """Account ``delta`` more (or fewer) bytes than reserved (an encoding's real size)."""
-        self.used += delta
+    def settle(self, source: str, reserved: int, actual: int, reason: str, why: Why) -> None:
+        """Replace a reservation by the bytes really inlined (an encoding's size).
+
+        Raises
+        ------
+        OverBudget
+            They do not fit: recorded, the reservation released.
+        """
+        self.used += actual - reserved
         if self.used > self.limit:
-            self.refused[source] = (delta, reason, why)
+            self.used -= actual
+            self.refused[source] = (actual, reason, why)
             raise OverBudget(source)
 
     def check(self, url: str) -> None:

@@ -554,7 +554,7 @@ def _chunked_refs(
     for where in skipped + missing:
         inline[where] = _encode(node.chunk_bytes(where), filters)
         offsets[where] = -1
-    budget.adjust(source, sum(map(len, inline.values())) - reserved, reason, "values")
+    budget.settle(source, reserved, sum(map(len, inline.values())), reason, "values")
     return ArrayRefs(node, filters, offsets, lengths, inline, storage.fill)
 
 
