@@ -25,7 +25,8 @@ import asyncio
 import contextvars
 import errno
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from npystore.errors import (
@@ -39,12 +40,16 @@ from npystore.fetch.remote import READ_BUDGET, REMOTE_ATTEMPTS
 
 __all__ = [
     "CONTENT_RANGE",
+    "OpenAttempt",
+    "Opened",
+    "RangeNotSatisfiable",
     "call_s3",
     "error_code",
     "filesystem",
     "get_object",
     "info_within",
     "named",
+    "open_within",
     "s3_open",
 ]
 
@@ -351,71 +356,131 @@ def s3_open(
     return got
 
 
-async def _s3_opening(
-    fs: Any, path: str, name: str, count: int, budget: float
+class RangeNotSatisfiable(Exception):
+    """416 (``InvalidRange``): no byte of the range asked for exists (an empty object, or a
+    suffix range the server refuses)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """What an opening GET answered: the ``Content-Range`` and ``Content-Length`` headers
+    (``""``/None when absent), the body, and the identity fields (ETag, version, ...)."""
+
+    content_range: str
+    length: int | None
+    data: bytes
+    fields: Mapping[str, Any]
+
+
+#: One opening GET: given the ``Range`` header's value (``bytes=0-127``, ``bytes=-65536``),
+#: its answer. It raises ``FileNotFoundError``/``PermissionError`` for a missing or
+#: forbidden object, :class:`RangeNotSatisfiable` for a 416, anything else to be retried.
+OpenAttempt = Callable[[str], Awaitable[Opened]]
+
+
+async def open_within(
+    name: str,
+    count: int,
+    budget: float,
+    attempt: OpenAttempt,
+    empty: Callable[[], Awaitable[Mapping[str, Any]]],
 ) -> tuple[Mapping[str, Any], bytes]:
+    """The retry loop of every opening GET (S3, GCS, Azure): identity (an ``info`` dict with
+    ``size``) and the first ``count`` bytes (last ``-count`` if negative), from one ranged
+    GET, retried within ``budget`` seconds like a range read.
+
+    A suffix the server refuses (416; S3 answers a suffix longer than the object with all of
+    it, some servers refuse it) is asked again as a prefix of the same length: all of a
+    smaller object (the tail wanted), else only a bounded prefix (no tail returned). An
+    object where no range is satisfiable is empty: its identity comes from ``empty()``.
+    """
     loop = asyncio.get_running_loop()
-    bucket, key, version = fs.split_path(path)
-    pin = {"VersionId": version} if version else {}
     asked = count  # > 0: a prefix of that many bytes, < 0: a suffix
     span = f"[0, {count})" if count > 0 else f"the last {-count}"
     problem: BaseException | str | None = None
     spent = 0.0
     made = 0
-    for attempt in range(REMOTE_ATTEMPTS):
+    for attempt_no in range(REMOTE_ATTEMPTS):
         began = loop.time()
         made += 1
         deadline = remote.limit(budget - spent)
         wanted = f"bytes=0-{asked - 1}" if asked > 0 else f"bytes={asked}"
         try:
             async with deadline:
-                resp, data = await get_object(fs, bucket, key, wanted, pin)
+                answer = await attempt(wanted)
         except (FileNotFoundError, PermissionError) as exc:
             raise named(exc, name) from exc
+        except RangeNotSatisfiable:
+            spent += loop.time() - began
+            if asked < 0:
+                asked = -count
+                continue
+            return await empty(), b""
         except Exception as exc:  # retried like any range read; FetchError after the budget
             spent += loop.time() - began
             if remote.is_fatal(exc):
                 raise
-            code = error_code(exc)
-            if code in ("InvalidRange", "416") and asked < 0:
-                # S3 answers a suffix longer than the object with all of it; some servers
-                # (rclone, ...) refuse it instead. Ask for a prefix of the same length: all
-                # of a smaller object (the tail wanted), else only a bounded prefix
-                asked = -count
-                continue
-            if code in ("InvalidRange", "416"):  # an empty object: no range is satisfiable
-                empty: Mapping[str, Any] = await fs._info(path)
-                return empty, b""
-            if code in ("AccessDenied", "403"):
-                raise named(PermissionError(str(exc)), name) from exc
-            if code in ("NoSuchBucket", "NoSuchKey", "404"):
-                raise named(FileNotFoundError(str(exc)), name) from exc
             problem = remote.cut(loop.time() - began, made) if deadline.expired() else exc
         else:
             spent += loop.time() - began
-            answered = resp.get("VersionId")
-            if version and answered and answered != version:
-                raise ConsistencyError(
-                    f"{name}: asked for version {version}, the server answered with version "
-                    f"{answered} (it ignored the version asked for)"
-                )
-            got = _opening_bytes(resp, bytes(data), asked)  # bytes already (no ``into``)
+            resp = {"ContentRange": answer.content_range, "ContentLength": answer.length}
+            got = _opening_bytes(resp, answer.data, asked)
             if isinstance(got, str):
                 problem = got
             else:
                 size, part = got
                 if asked != count and len(part) < size:  # a prefix, not the tail: no tail
                     part = b""
-                info = {
-                    "size": size,
-                    "ETag": resp.get("ETag"),
-                    "LastModified": resp.get("LastModified"),
-                    "VersionId": answered,
-                }
-                return info, part
-        waited = await remote.wait_to_retry(attempt, REMOTE_ATTEMPTS, spent, budget)
+                return {"size": size, **answer.fields}, part
+        waited = await remote.wait_to_retry(attempt_no, REMOTE_ATTEMPTS, spent, budget)
         if waited is None:
             break
         spent = waited
     out = made < REMOTE_ATTEMPTS or spent >= budget  # stopped early: the budget ran out
     raise remote.failure(name, f"bytes {span} at open", made, budget, problem, out=out)
+
+
+async def _s3_opening(
+    fs: Any, path: str, name: str, count: int, budget: float
+) -> tuple[Mapping[str, Any], bytes]:
+    bucket, key, version = fs.split_path(path)
+    pin = {"VersionId": version} if version else {}
+
+    async def attempt(wanted: str) -> Opened:
+        try:
+            resp, data = await get_object(fs, bucket, key, wanted, pin)
+        except (FileNotFoundError, PermissionError):
+            raise
+        except Exception as exc:
+            code = error_code(exc)
+            if code in ("InvalidRange", "416"):
+                raise RangeNotSatisfiable(str(exc)) from exc
+            if code in ("AccessDenied", "403"):
+                raise PermissionError(str(exc)) from exc
+            if code in ("NoSuchBucket", "NoSuchKey", "404"):
+                raise FileNotFoundError(str(exc)) from exc
+            raise
+        answered = resp.get("VersionId")
+        if version and answered and answered != version:
+            raise ConsistencyError(
+                f"{name}: asked for version {version}, the server answered with version "
+                f"{answered} (it ignored the version asked for)"
+            )
+        fields = {
+            "ETag": resp.get("ETag"),
+            "LastModified": resp.get("LastModified"),
+            "VersionId": answered,
+        }
+        length = resp.get("ContentLength")
+        return Opened(
+            str(resp.get("ContentRange") or ""),
+            length if isinstance(length, int) else None,
+            bytes(data),  # bytes already (no ``into``)
+            fields,
+        )
+
+    async def empty() -> Mapping[str, Any]:
+        info: Mapping[str, Any] = await fs._info(path)
+        return info
+
+    return await open_within(name, count, budget, attempt, empty)
