@@ -10,17 +10,19 @@ bytes too (:mod:`npystore.fetch.opening`), elsewhere ``info``.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from npystore.fetch import opening, remote
+from npystore.fetch.azure import azure_open, is_azure
 from npystore.fetch.fileobj import BinaryFile, FileSource, is_file_object
 from npystore.fetch.identity import ObjectIdentity
 from npystore.fetch.reader import RangeReader
 from npystore.fetch.remote import BUDGET_OPTION
+from npystore.fetch.gcs import gcs_open, is_gcs
 from npystore.fetch.s3 import is_s3
 
 __all__ = ["OPEN_HEAD", "open_reader", "write_object"]
@@ -105,13 +107,16 @@ def open_reader(
     budget = remote.budget_from(options.pop(BUDGET_OPTION, None))
     fs, path = opening.filesystem(os.fspath(url), options)
     name = fs.unstrip_protocol(path) if not isinstance(fs, LocalFileSystem) else path
-    if tail > 0 and is_s3(fs):
-        opened, last = opening.s3_open(fs, path, name, -tail, budget)
+    # S3, GCS and Azure: one GET of the first bytes; S3 and GCS: of the last (Azure has no
+    # suffix ranges: an archive's tail is read after its identity)
+    opener = _opener(fs)
+    if tail > 0 and opener is not None and opener is not azure_open:
+        opened, last = opener(fs, path, name, -tail, budget)
         return RangeReader(
             fs, path, ObjectIdentity.from_info(name, opened), tail=last, budget=budget
         )
-    if head > 0 and is_s3(fs):
-        opened, first = opening.s3_open(fs, path, name, head, budget)
+    if head > 0 and opener is not None:
+        opened, first = opener(fs, path, name, head, budget)
         return RangeReader(
             fs, path, ObjectIdentity.from_info(name, opened), head=first, budget=budget
         )
@@ -120,3 +125,14 @@ def open_reader(
         st = os.stat(path)
         info = {"size": st.st_size, "mtime": st.st_mtime, "ino": st.st_ino, "type": info["type"]}
     return RangeReader(fs, path, ObjectIdentity.from_info(name, info), budget=budget)
+
+
+def _opener(fs: Any) -> Callable[..., tuple[Mapping[str, Any], bytes]] | None:
+    """The opening GET of ``fs``'s kind of store (None: ``info``)."""
+    if is_s3(fs):
+        return opening.s3_open
+    if is_gcs(fs):
+        return gcs_open
+    if is_azure(fs):
+        return azure_open
+    return None

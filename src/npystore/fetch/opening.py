@@ -47,6 +47,7 @@ __all__ = [
     "error_code",
     "filesystem",
     "get_object",
+    "info_attempts",
     "info_within",
     "named",
     "open_within",
@@ -290,7 +291,7 @@ def info_within(fs: Any, path: str, name: str, budget: float) -> Mapping[str, An
         return info
     from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
 
-    result: Mapping[str, Any] = sync(fs.loop, _info_attempts, fs, path, name, budget)
+    result: Mapping[str, Any] = sync(fs.loop, info_attempts, fs, path, name, budget)
     return result
 
 
@@ -306,7 +307,8 @@ def _transport_failure(exc: FileNotFoundError, fs: Any) -> BaseException | None:
     return None if getattr(cause, "status", None) is not None else cause
 
 
-async def _info_attempts(fs: Any, path: str, name: str, budget: float) -> Mapping[str, Any]:
+async def info_attempts(fs: Any, path: str, name: str, budget: float) -> Mapping[str, Any]:
+    """:func:`info_within` on the event loop of an async filesystem."""
     loop = asyncio.get_running_loop()
     problem: BaseException | str | None = None
     spent = 0.0

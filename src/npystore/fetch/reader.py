@@ -21,7 +21,9 @@ from fsspec.implementations.local import LocalFileSystem
 
 from npystore.errors import ConsistencyError, FetchError
 from npystore.fetch import remote
+from npystore.fetch.azure import AzureRanges, is_azure
 from npystore.fetch.fileobj import FileSource
+from npystore.fetch.gcs import GcsRanges, is_gcs
 from npystore.fetch.generic import CatFileRanges, CatRangesRounds, default_cat_ranges
 from npystore.fetch.http import HttpRanges, is_http
 from npystore.fetch.identity import ObjectIdentity
@@ -46,6 +48,10 @@ def transport_for(
         return S3Ranges(fs, path, identity, budget)
     if is_http(fs):
         return HttpRanges(fs, path, identity, budget)
+    if is_gcs(fs):
+        return GcsRanges(fs, path, identity, budget)
+    if is_azure(fs):
+        return AzureRanges(fs, path, identity, budget)
     if getattr(fs, "async_impl", False) and default_cat_ranges(fs):
         return CatFileRanges(fs, path, identity, budget)
     return CatRangesRounds(fs, path, identity, budget)

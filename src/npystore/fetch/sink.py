@@ -102,12 +102,16 @@ class Sink(ABC):
         Most parts.
     concurrency : int
         Parts worth writing at once (uploads in flight).
+    ordered : bool
+        Whether parts are written in ascending order, at most :attr:`concurrency` ahead of
+        the lowest one not yet written (S3: some servers take parts only in order).
     """
 
     url: str
     min_part: int = 0
     max_parts: int = 2**31
     concurrency: int = os.cpu_count() or 1
+    ordered: bool = False
 
     @abstractmethod
     def write(self, number: int, offset: int, data: Any) -> Receipt:
@@ -272,6 +276,7 @@ class S3Sink(Sink):
     min_part = S3_MIN_PART
     max_parts = S3_MAX_PARTS
     concurrency = 8
+    ordered = True
 
     def __init__(self, fs: Any, path: str) -> None:
         self.fs = fs

@@ -19,7 +19,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
-from npystore.testing.servers import find_program, free_ports, start_process, stop_process
+from npystore.testing.servers import (
+    Sandbox,
+    find_program,
+    free_ports,
+    start_process,
+    stop_process,
+)
 
 __all__ = ["AZURITE_ENV", "LocalAzurite"]
 
@@ -41,7 +47,7 @@ class LocalAzurite:
     Examples
     --------
     >>> with LocalAzurite() as server:  # doctest: +SKIP
-    ...     container = server.create_container()
+    ...     container = server.create_bucket()
     ...     server.put(container, "a.bin", b"hello")
     """
 
@@ -159,6 +165,10 @@ class LocalAzurite:
 
         return fsspec.filesystem("az", **self.storage_options(**extra))
 
+    def sandbox(self) -> Sandbox:
+        """A new container with this emulator's options (``az://`` URLs)."""
+        return Sandbox(self, "az", self.create_bucket())
+
     def service(self) -> Any:
         """A synchronous ``BlobServiceClient`` (for setting up tests: not counted)."""
         if self._service is None:
@@ -167,7 +177,7 @@ class LocalAzurite:
             self._service = BlobServiceClient.from_connection_string(self.connection_string)
         return self._service
 
-    def create_container(self, name: str | None = None) -> str:
+    def create_bucket(self, name: str | None = None) -> str:
         """Create a container (a unique ``test-<hex>`` name when omitted); its name."""
         container = name or f"test-{uuid.uuid4().hex[:12]}"
         self.service().create_container(container)
@@ -179,7 +189,7 @@ class LocalAzurite:
         answer: dict[str, Any] = client.upload_blob(bytes(data), overwrite=True)
         return answer
 
-    def delete_container(self, container: str) -> None:
+    def delete_bucket(self, container: str) -> None:
         """Delete a container and its blobs (quietly if it is gone)."""
         from azure.core.exceptions import ResourceNotFoundError  # noqa: PLC0415
 

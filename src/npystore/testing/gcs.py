@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 from npystore.testing.servers import (
+    Sandbox,
     ServerUnavailable,
     find_program,
     free_ports,
@@ -160,6 +161,10 @@ class LocalGCS:
         import fsspec  # noqa: PLC0415
 
         return fsspec.filesystem("gs", **self.storage_options(**extra))
+
+    def sandbox(self) -> Sandbox:
+        """A new bucket with this server's options (``gs://`` URLs)."""
+        return Sandbox(self, "gs", self.create_bucket())
 
     def _call(self, method: str, path: str, data: bytes | None = None, **query: str) -> Any:
         url = f"{self.url}{path}"

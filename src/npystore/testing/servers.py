@@ -20,10 +20,11 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, Protocol
 
 __all__ = [
     "REQUIRE_ENV",
+    "Sandbox",
     "ServerUnavailable",
     "find_program",
     "free_ports",
@@ -59,10 +60,10 @@ def find_program(name: str, env: str, *candidates: str | Path) -> str:
     if chosen:
         if not Path(chosen).exists():
             raise ServerUnavailable(f"{env}={chosen!r} does not exist")
-        return chosen
+        return str(Path(chosen).resolve())
     for candidate in (*candidates, Path(sys.executable).parent / name):
         if Path(candidate).is_file():
-            return str(candidate)
+            return str(Path(candidate).resolve())
     found = shutil.which(name)
     if found is None:
         raise ServerUnavailable(f"{name} is not installed (set {env} to its path)")
@@ -147,3 +148,69 @@ def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) ->
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout)
+
+
+class _Store(Protocol):
+    """What a :class:`Sandbox` needs of its server."""
+
+    def storage_options(self) -> dict[str, Any]: ...
+
+    def filesystem(self) -> Any: ...
+
+    def put(self, bucket: str, key: str, data: bytes) -> dict[str, Any]: ...
+
+    def delete_bucket(self, bucket: str) -> None: ...
+
+
+class Sandbox:
+    """One bucket (a container on Azure) of a GCS or Azure emulator, for one test: its
+    URLs, options and filesystem, objects put without going through the filesystem (so no
+    request of the test's is spent on them).
+
+    Parameters
+    ----------
+    server : LocalGCS or LocalAzurite
+        The running server.
+    protocol : str
+        ``"gs"`` or ``"az"``.
+    bucket : str
+        An existing bucket (container), deleted by :meth:`close`.
+    """
+
+    def __init__(self, server: _Store, protocol: str, bucket: str) -> None:
+        self.server = server
+        self.protocol = protocol
+        self.bucket = bucket
+
+    def __repr__(self) -> str:
+        return f"<Sandbox {self.protocol}://{self.bucket}>"
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """The filesystem's options (a fresh dict each time)."""
+        return self.server.storage_options()
+
+    @property
+    def fs(self) -> Any:
+        """The filesystem (fsspec's cached instance for :attr:`storage_options`)."""
+        return self.server.filesystem()
+
+    def url(self, key: str = "") -> str:
+        """``protocol://bucket/key``."""
+        return f"{self.protocol}://{self.bucket}/{key.lstrip('/')}"
+
+    def put_bytes(self, data: bytes, key: str) -> str:
+        """Store ``data`` under ``key`` (replacing it); its URL."""
+        self.server.put(self.bucket, key, data)
+        url = self.url(key)
+        self.fs.invalidate_cache(url)
+        return url
+
+    def put_file(self, local_path: str | os.PathLike[str], key: str | None = None) -> str:
+        """Upload a local file under ``key`` (default: its name); its URL."""
+        path = Path(local_path)
+        return self.put_bytes(path.read_bytes(), key if key is not None else path.name)
+
+    def close(self) -> None:
+        """Delete the bucket and its objects."""
+        self.server.delete_bucket(self.bucket)
