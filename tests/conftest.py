@@ -19,6 +19,8 @@ Real servers, each started once per session on 127.0.0.1 and stopped by its PID
   ``.put_bytes``, ``.put_file``, ``.fs``); marker ``gcs``.
 * ``azure_server`` / ``azure``: Azurite, and a fresh container per test (a ``Sandbox``);
   marker ``azure``.
+* ``rclone_strict``: ``rclone serve s3`` whose buffer for parts that arrive ahead of their
+  turn holds one byte (any part ahead waits); marker ``rclone``.
 
 A server that is not installed skips only its tests, unless ``NPYSTORE_REQUIRE_SERVERS=1``
 (set by ``.ci/run``) makes that a failure. Azurite is looked for in
@@ -46,6 +48,7 @@ _MARKERS = {
     "seaweedfs": ("seaweed", "seaweed_server"),
     "gcs": ("gcs", "gcs_server"),
     "azure": ("azure", "azure_server"),
+    "rclone": ("rclone_strict",),
 }
 AZURITE = Path(__file__).parent / "servers" / "node_modules" / ".bin" / "azurite-blob"
 T = TypeVar("T")
@@ -56,6 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "seaweedfs: test uses the SeaweedFS server")
     config.addinivalue_line("markers", "gcs: test uses the fake-gcs-server GCS emulator")
     config.addinivalue_line("markers", "azure: test uses the Azurite blob emulator")
+    config.addinivalue_line("markers", "rclone: test uses rclone's S3 server")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -174,3 +178,17 @@ def azure(azure_server: Any) -> Iterator[Any]:
         yield sandbox
     finally:
         sandbox.close()
+
+
+@pytest.fixture(scope="session")
+def rclone_strict() -> Iterator[Any]:
+    """``rclone serve s3`` taking multipart parts strictly in order, shared by the session."""
+    from npystore.testing.rclone import RcloneS3
+
+    server = _started(
+        lambda: RcloneS3(None, "--multipart-streaming-buffer-limit", "1"), "s3fs", "boto3"
+    )
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -64,6 +64,11 @@ _EXTRAS: Final = {
     "s3a": ("s3fs", "s3"),
     "http": ("aiohttp", "http"),
     "https": ("aiohttp", "http"),
+    "gs": ("gcsfs", "gcs"),
+    "gcs": ("gcsfs", "gcs"),
+    "az": ("adlfs", "azure"),
+    "abfs": ("adlfs", "azure"),
+    "abfss": ("adlfs", "azure"),
 }
 #: HTTP statuses an ``info`` request is not retried for (the answer will not change).
 _FINAL_STATUSES: Final = frozenset({400, 401, 403, 404, 405, 410})

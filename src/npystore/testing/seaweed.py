@@ -42,6 +42,9 @@ _PORTS: Final = (
 )
 #: Attempts at starting (a free port taken by another process in between fails one).
 _STARTS: Final = 3
+#: Seconds ``weed`` gets to exit after SIGTERM before it is killed (it waits 10 s for
+#: clients it does not have here).
+_GRACE: Final = 2.0
 
 
 class SeaweedS3(S3Endpoint):
@@ -121,6 +124,7 @@ class SeaweedS3(S3Endpoint):
                 "-master.telemetry=false",  # else it reports to an outside host
                 f"-master.volumeSizeLimitMB={self.volume_mb}",
                 "-volume.max=0",  # as many volumes as the disk holds
+                "-volume.preStopSeconds=0",  # stop at once (default: 10 s)
                 "-s3",
                 f"-s3.config={config}",
                 "-s3.port.iceberg=0",
@@ -152,7 +156,7 @@ class SeaweedS3(S3Endpoint):
         self._endpoint_url = None
         if client is not None:
             client.close()
-        stop_process(proc)
+        stop_process(proc, timeout=_GRACE)
         self._cleanup()
 
     def _cleanup(self) -> None:
