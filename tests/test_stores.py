@@ -19,10 +19,11 @@ from fsspec.asyn import sync
 
 import npystore
 from faultproxy import FaultProxy
-from npy_cases import DTYPES, assert_same, write_case
 from npystore.errors import ConsistencyError, FetchError
 from npystore.fetch import RangeReader, open_reader
 from npystore.fetch.opening import filesystem
+
+from npy_cases import DTYPES, assert_same, write_case
 
 RNG = np.random.default_rng(28)
 
@@ -213,4 +214,5 @@ def test_gcs_zonal_bucket_reads_through_gcsfs(gcs: Any, monkeypatch: pytest.Monk
 
     monkeypatch.setattr(fs, "_is_zonal_bucket", zonal, raising=False)
     np.testing.assert_array_equal(npystore.load(url, storage_options=gcs.storage_options), a)
-    assert seen and set(seen) == {gcs.bucket}
+    assert seen
+    assert set(seen) == {gcs.bucket}

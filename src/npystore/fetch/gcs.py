@@ -112,7 +112,9 @@ def gcs_open(
     (see :func:`npystore.fetch.opening.open_within`)."""
     from fsspec.asyn import sync  # noqa: PLC0415 - gcsfs is async
 
-    got: tuple[Mapping[str, Any], bytes] = sync(fs.loop, _gcs_opening, fs, path, name, count, budget)
+    got: tuple[Mapping[str, Any], bytes] = sync(
+        fs.loop, _gcs_opening, fs, path, name, count, budget
+    )
     return got
 
 

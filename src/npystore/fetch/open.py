@@ -19,10 +19,10 @@ from fsspec.implementations.local import LocalFileSystem
 from npystore.fetch import opening, remote
 from npystore.fetch.azure import azure_open, is_azure
 from npystore.fetch.fileobj import BinaryFile, FileSource, is_file_object
+from npystore.fetch.gcs import gcs_open, is_gcs
 from npystore.fetch.identity import ObjectIdentity
 from npystore.fetch.reader import RangeReader
 from npystore.fetch.remote import BUDGET_OPTION
-from npystore.fetch.gcs import gcs_open, is_gcs
 from npystore.fetch.s3 import is_s3
 
 __all__ = ["OPEN_HEAD", "open_reader", "write_object"]

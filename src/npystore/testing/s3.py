@@ -165,8 +165,7 @@ class S3Endpoint:
         """
         if self._endpoint_url is None:
             raise RuntimeError(
-                f"{type(self).__name__} is not running; call start() or use it as a "
-                "context manager"
+                f"{type(self).__name__} is not running; call start() or use it as a context manager"
             )
         return self._endpoint_url
 
@@ -259,7 +258,6 @@ class S3Endpoint:
         with self._lock:
             if self._client is None:
                 import boto3  # noqa: PLC0415 (keep imports cheap)
-
                 from botocore.config import Config  # noqa: PLC0415
 
                 self._client = boto3.client(
