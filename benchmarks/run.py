@@ -15,7 +15,9 @@ rows run each side in a fresh subprocess (``_rss_probe.py``), alternating the sa
 ``mat-small-cell``, ``mat-small-struct``, ``mat-small-v73``, ``mat-many-vars`` (MAT-files of
 many small elements or variables: ``mat_small.py``), ``cloud-npy``, ``cloud-mat73``,
 ``cloud-mat73-matlab``, ``cloud-npz``, ``cloud-sweep`` (the cloud model, 30 ms and 40 MiB/s
-per connection: ``cloud.py``; ``cloud`` names all five), ``write-npz-local``,
+per connection: ``cloud.py``), ``cloud-gcs-npy``, ``cloud-azure-npy``, ``cloud-distributed``
+(the same model on GCS, Azure and SeaweedFS: ``stores.py``; ``stores`` names these three,
+``cloud`` all eight: they share one section, which a run rewrites whole), ``write-npz-local``,
 ``write-s3-cloud``, ``write-s3-cloud10``, ``write-rss`` (the writers: ``write.py``; ``write``
 names all four).
 
@@ -55,6 +57,7 @@ import cloud  # noqa: E402
 import mat_small  # noqa: E402
 import remote  # noqa: E402
 import startup  # noqa: E402
+import stores  # noqa: E402
 import write  # noqa: E402
 from _common import (  # noqa: E402
     LATENCY,
@@ -555,10 +558,15 @@ SCENARIOS: dict[str, tuple[Callable[[Path, int, int], Row | list[Row]], int, int
     "info": (startup.bench_info, 0, 0),
     **mat_small.SCENARIOS,
     **cloud.SCENARIOS,
+    **stores.SCENARIOS,
     **write.SCENARIOS,
 }
 #: Names for groups of scenarios in ``--only``.
-GROUPS = {"cloud": list(cloud.SCENARIOS), "write": list(write.SCENARIOS)}
+GROUPS = {
+    "cloud": [*cloud.SCENARIOS, *stores.SCENARIOS],  # one section of RESULTS.md
+    "stores": list(stores.SCENARIOS),
+    "write": list(write.SCENARIOS),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
