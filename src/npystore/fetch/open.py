@@ -3,8 +3,9 @@
 
 Both take fsspec's ``storage_options`` plus npystore's own ``"npystore_read_budget"``
 (removed before the filesystem is made). Opening captures the object's size and identity
-in one request: on S3 a ranged ``GetObject`` that carries the object's first (or last)
-bytes too (:mod:`npystore.fetch.opening`), elsewhere ``info``.
+in one request: on S3 and GCS a ranged GET that carries the object's first (or last) bytes
+too (:mod:`npystore.fetch.opening`, :mod:`npystore.fetch.gcs`), on Azure the first
+(:mod:`npystore.fetch.azure`: no suffix ranges there), elsewhere ``info``.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ def open_reader(
 ) -> RangeReader:
     """Open a reader on ``url`` (any fsspec URL, chained URLs included).
 
-    One request captures the object's size and identity. On S3 that request is a ranged
-    ``GetObject`` of the first ``head`` bytes (the magic bytes every format starts with; a
+    One request captures the object's size and identity. On S3, GCS and Azure that request
+    is a ranged GET of the first ``head`` bytes (the magic bytes every format starts with; a
     format whose metadata sits at the start, like HDF5, asks for more, since a round trip
     costs about the same for 128 bytes or 64 KiB); elsewhere it is ``info`` and no data is
     read.
@@ -69,10 +70,11 @@ def open_reader(
         ``NPYSTORE_READ_BUDGET``, else :data:`~npystore.fetch.remote.READ_BUDGET`, 300 s;
         ``inf`` for none). It is removed before the filesystem is made.
     head : int
-        Bytes to read with the identity on S3 (0: a plain ``HeadObject``).
+        Bytes to read with the identity on S3, GCS and Azure (0: ``info`` only).
     tail : int
         If positive, read the object's last ``tail`` bytes with the identity instead (one
-        suffix-range ``GetObject``), for formats whose index is at the end.
+        suffix-range GET on S3 and GCS; Azure has no suffix ranges: its opening GET of the
+        first bytes, the tail read after it), for formats whose index is at the end.
 
     Returns
     -------
