@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from npystore.formats.deflate import DeflateIndex
+from npystore.read.crccheck import CrcLedger
 
 __all__ = ["UNREAD_SLACK", "IndexSlot"]
 
@@ -39,6 +40,7 @@ class IndexSlot:
         #: With ``until_read``: output bytes still to be served before the kept bytes go.
         self._unread: int | None = None
         self._unread_lock = threading.Lock()  # not ``_lock``: an index build holds that
+        self._ledger: CrcLedger | None = None
 
     def keep(self, inflated: bytes | bytearray | memoryview, *, until_read: bool = False) -> None:
         """Keep the whole member's inflated (and checked) bytes for reads in this process;
@@ -93,3 +95,22 @@ class IndexSlot:
     def set(self, index: DeflateIndex) -> None:
         """Install an index (built elsewhere or read from a cache)."""
         self._index = index
+
+    def replace(
+        self, old: DeflateIndex, build: Callable[[], DeflateIndex | None]
+    ) -> DeflateIndex | None:
+        """Replace ``old`` (found wrong) with what ``build`` returns, unless another thread
+        replaced it already; return the index the slot holds then."""
+        with self._lock:
+            if self._index is old:
+                self._index = build()
+                self._ledger = None
+            return self._index
+
+    def ledger(self, make: Callable[[], CrcLedger]) -> CrcLedger:
+        """The CRC-32 ledger of the output read through the slot's index (made by ``make``
+        on first use; one per slot, forgotten when the index is replaced)."""
+        with self._unread_lock:
+            if self._ledger is None:
+                self._ledger = make()
+            return self._ledger
