@@ -147,6 +147,12 @@ class ObjectIdentity:
         return (*fields, (_OPEN_KEY, secrets.token_hex(8)))
 
     @property
+    def markers(self) -> tuple[tuple[str, str], ...]:
+        """The version markers the object reported: :attr:`fields` without the per-open
+        token of a weak identity (what a later run can compare, e.g. ``convert``'s resume)."""
+        return tuple((key, value) for key, value in self.fields if key != _OPEN_KEY)
+
+    @property
     def strong(self) -> bool:
         """Whether the identity names one content, so that what was kept for it (compressed
         bytes, a cached index) may serve another open of the same object."""
