@@ -275,11 +275,13 @@ def test_an_oversized_entry_is_removed_unread(
     path, a, cache_dir, name = _indexed(tmp_path, monkeypatch)
     with open(cache_dir / name, "r+b") as f:
         f.truncate(100 * 2**20)  # sparse
-    member = _member(npystore.open_npz(str(path)))
-    assert index.max_index_bytes(member) < 100 * 2**20
+    z = npystore.open_npz(str(path), index_cache=str(cache_dir))
+    assert index.max_index_bytes(_member(z)) < 100 * 2**20
+    assert index.load_cached_index(z.archive.reader, _member(z), str(cache_dir)) is None
+    assert not (cache_dir / name).exists()  # removed (it was read, and kept)
     _slices(path, cache_dir, a)
     inflate.wait_for_background()
-    assert (cache_dir / name).stat().st_size < index.max_index_bytes(member)
+    assert (cache_dir / name).stat().st_size < index.max_index_bytes(_member(z))
 
 
 def _entry_payload(cache_dir: Path, name: str) -> bytes:
