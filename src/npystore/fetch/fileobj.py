@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from npystore.errors import ConsistencyError, UnsupportedError
-from npystore.fetch.identity import ObjectIdentity, stat_changes, stat_fields
+from npystore.fetch.identity import ObjectIdentity, StatPin, stat_fields
 
 __all__ = ["BinaryFile", "FileSource", "is_file_object"]
 
@@ -105,14 +105,15 @@ class FileSource:
         self.size = max(0, end - self.base)
         self._fd = _descriptor(file)
         st = os.fstat(self._fd) if self._fd is not None else None
-        #: Size of the descriptor's whole file at open (with :attr:`fields`, its identity).
-        self._file_size = 0 if st is None else st.st_size
         #: The object's name in messages, e.g. ``<BufferedReader /tmp/a.npy>``.
         self.name = _describe(file, self.base)
         #: Identity fields (as :class:`~npystore.fetch.ObjectIdentity` holds them).
         self.fields: tuple[tuple[str, str], ...]
+        #: The descriptor's file at open, compared before and after every batch of reads.
+        self._pin: StatPin | None = None
         if st is not None:
             self.fields = (*stat_fields(st), ("offset", str(self.base)))
+            self._pin = StatPin(self.fields, st.st_size)
         else:  # nothing names an in-memory file's content: an identity of this open only
             self.fields = ObjectIdentity.pinned((("object", type(file).__name__),))
 
@@ -151,7 +152,7 @@ class FileSource:
             self.file.seek(self.base + offset)
 
     def _check_descriptor(self, fd: int, when: str) -> None:
-        changed = stat_changes(self.fields, self._file_size, os.fstat(fd))
+        changed = None if self._pin is None else self._pin.changes(os.fstat(fd))
         if changed is not None:
             raise self._changed(changed, when)
 

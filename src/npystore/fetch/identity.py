@@ -36,7 +36,7 @@ from typing import Any, Final
 
 from npystore.errors import FetchError
 
-__all__ = ["LOCAL_KEYS", "ObjectIdentity", "stat_changes", "stat_fields"]
+__all__ = ["LOCAL_KEYS", "ObjectIdentity", "StatPin", "stat_changes", "stat_fields"]
 
 #: The ``info()`` keys that mark an object's version, in the order they are kept.
 _IDENTITY_KEYS: Final = (
@@ -84,6 +84,48 @@ def stat_fields(st: os.stat_result) -> tuple[tuple[str, str], ...]:
         ("ctime_ns", str(st.st_ctime_ns)),
         ("host", _host()),
     )
+
+
+class StatPin:
+    """A local file's identity at open (``fields`` from :func:`stat_fields` and ``size``),
+    compared with an ``fstat`` in one tuple comparison (:meth:`changes`)."""
+
+    __slots__ = ("_expected", "_fields", "_size", "_with_dev")
+
+    def __init__(self, fields: tuple[tuple[str, str], ...], size: int) -> None:
+        was = dict(fields)
+        self._fields = fields
+        self._size = size
+        #: The device number is compared on the machine that opened the file only.
+        self._with_dev = was.get("host") == _host()
+        self._expected = (
+            size,
+            _int(was.get("ino")),
+            _int(was.get("mtime_ns")),
+            _int(was.get("ctime_ns")),
+            _int(was.get("dev")) if self._with_dev else 0,
+        )
+
+    def changes(self, st: os.stat_result) -> str | None:
+        """What differs between the identity and ``st`` (see :func:`stat_changes`), or None."""
+        now = (
+            st.st_size,
+            st.st_ino,
+            st.st_mtime_ns,
+            st.st_ctime_ns,
+            st.st_dev if self._with_dev else 0,
+        )
+        if now == self._expected:
+            return None
+        return stat_changes(self._fields, self._size, st)
+
+
+def _int(text: str | None) -> int | None:
+    """An identity field as the number it was made from (None when it is not one)."""
+    try:
+        return None if text is None else int(text)
+    except ValueError:
+        return None
 
 
 def stat_changes(fields: tuple[tuple[str, str], ...], size: int, st: os.stat_result) -> str | None:

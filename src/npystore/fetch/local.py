@@ -25,7 +25,7 @@ from typing import Final
 
 from npystore.errors import ConsistencyError
 from npystore.fetch.fileobj import FileSource
-from npystore.fetch.identity import ObjectIdentity, stat_changes
+from npystore.fetch.identity import ObjectIdentity, StatPin
 from npystore.fetch.transport import Transport, split_requests
 
 __all__ = ["LOCAL_PART_SIZE", "FileRanges", "LocalRanges"]
@@ -63,6 +63,7 @@ class LocalRanges(Transport):
     def __init__(self, path: str, identity: ObjectIdentity):
         super().__init__(identity)
         self.path = path
+        self._pin = StatPin(identity.fields, identity.size)
 
     def readinto(
         self, requests: Sequence[tuple[int, memoryview]], *, parallel: bool = False
@@ -87,7 +88,7 @@ class LocalRanges(Transport):
             os.close(fd)
 
     def _check_identity(self, fd: int, when: str) -> None:
-        changed = stat_changes(self.identity.fields, self.identity.size, os.fstat(fd))
+        changed = self._pin.changes(os.fstat(fd))
         if changed is not None:
             raise ConsistencyError(
                 f"{self.url}: the file changed since it was opened{when} ({changed}); "
