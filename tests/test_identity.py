@@ -99,7 +99,7 @@ def test_save_open_save_in_quick_succession(tmp_path: Path) -> None:
     a, b = _versions(2)
     path = tmp_path / "q.npy"
     got = []
-    for i in range(40):
+    for i in range(30):
         np.save(path, a)
         x = npystore.open_npy(str(path))
         if i % 8:
