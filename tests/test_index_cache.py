@@ -411,3 +411,33 @@ def test_a_forged_window_is_caught_when_the_member_is_read_whole(
         npystore.open_npz(str(path), index_cache=str(cache_dir), chunks=SMALL // 8)["a"].compute(),
         a,
     )
+
+
+def test_npz_files_resume_from_a_forged_entry_without_blaming_the_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 12, through ``npz://`` file objects: a read resumed from a checkpoint of a
+    forged entry that fails rebuilds the index and reads again."""
+    from npystore.faces.npzfs import NpzFileSystem
+
+    path, a, cache_dir, name = _indexed(tmp_path, monkeypatch)
+    z = npystore.open_npz(str(path), index_cache=str(cache_dir))
+    key = index.index_cache_key(z.archive.reader, _member(z))
+    assert key is not None
+    payload = _entry_payload(cache_dir, name)
+    idx = DeflateIndex.from_bytes(payload)
+    moved = tuple(
+        Checkpoint(cp.bit_offset + 3 * (i > 0), cp.out_offset, cp.window)
+        for i, cp in enumerate(idx.checkpoints)
+    )
+    forged = DeflateIndex(idx.compressed_size, idx.uncompressed_size, moved).to_bytes()
+    _forge(cache_dir, name, key, forged)
+    memo.forget()
+    raw = a.tobytes()
+    fs = NpzFileSystem(str(path), index_cache=str(cache_dir), skip_instance_cache=True)
+    with fs.open("a.npy", cache_type="none") as f:
+        at = 128 + 2 * len(raw) // 3
+        f.seek(at)
+        assert f.read(4000) == raw[at - 128 : at - 128 + 4000]
+        assert f.inflater.resumed_at > 0  # from a checkpoint of the rebuilt index
+    assert _entry_payload(cache_dir, name) == payload
