@@ -238,10 +238,15 @@ def _from_cached_index(
         _from_checkpoint(reader, member, index, lo, memoryview(buf))
         return bytes(buf)
 
+    ledger = slot.ledger(index, make)
+    if ledger is None:  # replaced meanwhile: the read that found it wrong raises
+        return
     try:
-        slot.ledger(make).record(start, out, head)
+        ledger.record(start, out, head)
     except FormatError as exc:
-        rebuild_index(reader, member, slot, index, f"the output read through it: {exc}")
+        fresh = rebuild_index(reader, member, slot, index, f"the output read through it: {exc}")
+        if fresh is None:  # no index builder checked the member: one pass does
+            _from_start(reader, member, member.uncompressed_size, memoryview(b""))
         raise FormatError(
             f"{source}: the bytes read through the checkpoint index from the index cache "
             f"(entry {entry_name(index.key)} in {index.cache_dir}) do not make the member's "

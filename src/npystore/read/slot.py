@@ -40,7 +40,8 @@ class IndexSlot:
         #: With ``until_read``: output bytes still to be served before the kept bytes go.
         self._unread: int | None = None
         self._unread_lock = threading.Lock()  # not ``_lock``: an index build holds that
-        self._ledger: CrcLedger | None = None
+        #: The CRC-32 ledger of the output read through an index, with that index.
+        self._ledger: tuple[DeflateIndex, CrcLedger] | None = None
 
     def keep(self, inflated: bytes | bytearray | memoryview, *, until_read: bool = False) -> None:
         """Keep the whole member's inflated (and checked) bytes for reads in this process;
@@ -104,13 +105,14 @@ class IndexSlot:
         with self._lock:
             if self._index is old:
                 self._index = build()
-                self._ledger = None
             return self._index
 
-    def ledger(self, make: Callable[[], CrcLedger]) -> CrcLedger:
-        """The CRC-32 ledger of the output read through the slot's index (made by ``make``
-        on first use; one per slot, forgotten when the index is replaced)."""
+    def ledger(self, index: DeflateIndex, make: Callable[[], CrcLedger]) -> CrcLedger | None:
+        """The CRC-32 ledger of the output read through ``index`` (made by ``make`` on first
+        use); None when the slot no longer holds ``index`` (it was replaced)."""
         with self._unread_lock:
-            if self._ledger is None:
-                self._ledger = make()
-            return self._ledger
+            if self._index is not index:
+                return None
+            if self._ledger is None or self._ledger[0] is not index:
+                self._ledger = (index, make())
+            return self._ledger[1]
