@@ -67,8 +67,11 @@ HEAD_FRACTION: Final = 8
 #: a few milliseconds) rather than indexed.
 SMALL_MEMBER: Final = STREAM_BLOCK
 #: Members inflating to at most this many bytes are inflated whole, and kept until read, when
-#: a chunk read finds no index (see :func:`_index_or_whole`).
+#: a chunk read of a compute finds no index (see :func:`_index_or_whole`).
 KEEP_MEMBER: Final = 256 * 2**20
+#: A read counts as a chunk of a compute of the whole member (which keeps the member
+#: inflated) when it asks for at least 1/KEEP_SHARE of it; a smaller slice builds the index.
+KEEP_SHARE: Final = 64
 #: A pass from the start that stops at most this many bytes before the member's end goes on
 #: to the end, so that it checks the CRC-32 (bytes some writers leave after the array data).
 TAIL: Final = 64 * 2**10
@@ -84,16 +87,20 @@ def inflate_into(reader: RangeReader, member: DeflatedMember, out: memoryview) -
 
 
 def _index_or_whole(
-    reader: RangeReader, member: DeflatedMember, slot: IndexSlot
+    reader: RangeReader, member: DeflatedMember, slot: IndexSlot, want: int
 ) -> DeflateIndex | None:
-    """What a chunk read of a member with no index yet in this process uses: the index from
-    the cache, else for a member of at most :data:`KEEP_MEMBER` bytes (whose compressed
-    bytes :mod:`npystore.read.memo` keeps) the whole member inflated once and kept until
-    its bytes have been read (``None``; the index is then built in the background and
-    cached, for later processes), else the index built now.
+    """What a read of ``want`` bytes of a member with no index yet in this process uses: the
+    index from the cache; else, for a read that looks like a chunk of a compute of the whole
+    member (at least 1/:data:`KEEP_SHARE` of it) of a member of at most :data:`KEEP_MEMBER`
+    bytes (whose compressed bytes :mod:`npystore.read.memo` keeps), when the keep budget
+    has room for it (:func:`npystore.read.memo.reserve`, counting members being inflated by
+    other threads), the whole member inflated once and kept until its bytes have been read
+    (``None``; the index is then built in the background and cached, for later processes);
+    else the index built now.
 
     A dask compute of a member with no index would otherwise pass over it twice: once to
-    build the index, once more, chunk by chunk, from its checkpoints.
+    build the index, once more, chunk by chunk, from its checkpoints. A small slice does not
+    keep the member: it would hold the whole member after returning a few bytes.
     """
     if slot.inflated() is not None:  # another chunk's call kept it
         return None
@@ -101,10 +108,19 @@ def _index_or_whole(
     if cached is not None:
         return cached
     size = member.uncompressed_size
-    if size > KEEP_MEMBER or member.compressed_size > MEMO_MEMBER or not memo.make_room(size):
+    if (
+        size > KEEP_MEMBER
+        or want * KEEP_SHARE < size
+        or member.compressed_size > MEMO_MEMBER
+        or not memo.reserve(slot, size)
+    ):
         return build_and_cache_index(reader, member, slot.cache_dir)  # (nothing cached)
-    whole = memoryview(np.empty(size, np.uint8).data)  # not zero-filled: all is written
-    inflate_into(reader, member, whole)  # checks the CRC-32
+    try:
+        whole = memoryview(np.empty(size, np.uint8).data)  # not zero-filled: all is written
+        inflate_into(reader, member, whole)  # checks the CRC-32
+    except BaseException:
+        memo.release(slot)
+        raise
     slot.keep(whole, until_read=True)
     memo.held(slot, size)
     build_in_background(reader, member, slot)
@@ -116,8 +132,9 @@ def inflate_range_into(
 ) -> None:
     """Fill ``out`` with uncompressed bytes ``[start, start + len(out))`` of a member.
 
-    Uses the member's index: from the cache, else for a member of at most
-    :data:`KEEP_MEMBER` bytes the member is inflated whole once and kept until read (the
+    Uses the member's index: from the cache, else for a chunk of a compute (at least
+    1/:data:`KEEP_SHARE` of the member) of a member of at most :data:`KEEP_MEMBER` bytes,
+    within the keep budget, the member is inflated whole once and kept until read (the
     index built in the background, for later processes), else the index is built first
     (once per process) if an index builder is installed; without one, for a small member
     (:data:`SMALL_MEMBER`), or for a range in the first ``1 / HEAD_FRACTION`` of a member
@@ -151,7 +168,7 @@ def inflate_range_into(
         # inflate from the start than to index first (an index is a whole pass)
         index = slot.get()
     else:
-        index = slot.ensure(functools.partial(_index_or_whole, reader, member, slot))
+        index = slot.ensure(functools.partial(_index_or_whole, reader, member, slot, out.nbytes))
         if index is None and slot.serve(start, out):
             return
     if index is None:
