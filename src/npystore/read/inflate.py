@@ -3,7 +3,8 @@
 - :func:`inflate_into` inflates a whole member in one sequential pass (ISA-L when
   installed) straight into a caller's buffer, checking the CRC-32.
 - :func:`inflate_range_into` / :func:`inflate_range` give output ``[start, stop)``: from the
-  archive's own block index when it has one (each block checked); else from the member's
+  archive's own block index when it has one and every block up to the range passes its
+  check (:mod:`npystore.read.blocks`); else from the member's
   checkpoint index (:mod:`npystore.read.index`: one range read and a short inflate from
   the nearest checkpoint); for a first compute of a member with no index, from the member
   inflated whole once and kept until read; else a sequential pass from the start that
@@ -15,15 +16,15 @@ All bytes are read through :class:`~npystore.fetch.RangeReader`.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import numpy as np
 
-from npystore.errors import FormatError
 from npystore.fetch import RangeReader
 from npystore.formats import deflate
 from npystore.formats.deflate import DeflateIndex
 from npystore.read import memo
+from npystore.read.blocks import read_blocks
 from npystore.read.index import (
     INDEX_SPACING,
     MemberGzipFile,
@@ -40,9 +41,6 @@ from npystore.read.layout import DeflatedMember
 from npystore.read.memo import MEMO_MEMBER, compressed_range
 from npystore.read.sequential import STREAM_BLOCK, check_full_pass, stream
 from npystore.read.slot import IndexSlot
-
-if TYPE_CHECKING:
-    from npystore.formats.zipdir import BlockIndex  # zipdir loads only for archives
 
 __all__ = [
     # re-exported from npystore.read.index (their home since it was split from here)
@@ -158,8 +156,7 @@ def inflate_range_into(
         return
     if slot.serve(start, out):
         return
-    if member.blocks is not None:
-        _inflate_blocks(reader, member, member.blocks, start, out)
+    if member.blocks is not None and read_blocks(reader, member, slot, start, out):
         return
     if member.compressed_size <= SMALL_MEMBER or (
         slot.get() is None and stop <= member.uncompressed_size // HEAD_FRACTION
@@ -189,45 +186,6 @@ def inflate_range_into(
         out,
         source=f"{reader.url}:{member.name}",
     )
-
-
-def _inflate_blocks(
-    reader: RangeReader, member: DeflatedMember, blocks: BlockIndex, start: int, out: memoryview
-) -> None:
-    """Output ``[start, start + len(out))`` from the member's independent blocks: one range
-    read of the blocks holding it, each inflated without a dictionary and checked against
-    the block index (its size, its compressed bytes consumed exactly, its CRC-32): an index
-    that does not describe the stream raises :class:`FormatError`, never returns other
-    bytes."""
-    source = f"{reader.url}:{member.name}"
-    stop = start + out.nbytes
-    i, j = blocks.span(start, stop)
-    coff, uoff = blocks.coffsets, blocks.uoffsets
-    compressed = memoryview(compressed_range(reader, member, coff[i], coff[j]))
-    last = len(blocks.usizes) - 1
-    for k in range(i, j):
-        piece = compressed[coff[k] - coff[i] : coff[k + 1] - coff[i]]
-        d = deflate.raw_decompressobj()
-        try:
-            data = d.decompress(piece, blocks.usizes[k] + 1)
-        except deflate.INFLATE_ERRORS as exc:
-            raise FormatError(
-                f"{source}: deflate block {k} (compressed bytes {coff[k]}..{coff[k + 1]}) does "
-                f"not inflate on its own as the archive's block index says: {exc}"
-            ) from None
-        consumed = not d.unconsumed_tail and not d.unused_data
-        if len(data) != blocks.usizes[k] or not consumed or d.eof != (k == last):
-            raise FormatError(
-                f"{source}: deflate block {k} inflates to {len(data)} bytes (the block index "
-                f"says {blocks.usizes[k]}) or does not end where the index says"
-            )
-        if deflate.crc32(data) != blocks.crcs[k]:
-            raise FormatError(
-                f"{source}: CRC-32 of deflate block {k} is {deflate.crc32(data):08x}, the "
-                f"block index says {blocks.crcs[k]:08x}"
-            )
-        lo, hi = max(start, uoff[k]), min(stop, uoff[k + 1])
-        out[lo - start : hi - start] = memoryview(data)[lo - uoff[k] : hi - uoff[k]]
 
 
 def inflate_range(

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 from dask.delayed import delayed
@@ -41,9 +41,6 @@ from npystore.write.source import Source, as_source, block_bytes, compute_named
 
 __all__ = ["PartStream", "deflate_block_size", "savez", "savez_compressed", "write_archive"]
 
-#: Uncompressed bytes of one independent deflate block (more for members so large that
-#: the block index would need more than ~4,000 blocks).
-DEFLATE_BLOCK: Final = 2**20
 #: Members (and directories) whose sizes may reach this are written with ZIP64 records.
 ZIP64_FROM: int = zipdir.ZIP64_LIMIT
 STORED, DEFLATED = 0, 8
@@ -60,10 +57,9 @@ def _deflate_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def deflate_block_size(usize: int) -> int:
-    """Uncompressed bytes per deflate block for a member of ``usize`` bytes."""
-    per = -(-usize // 4000)
-    return max(DEFLATE_BLOCK, -(-per // 2**20) * 2**20)
+#: Uncompressed bytes per deflate block for a member of ``usize`` bytes (the reader refuses
+#: larger blocks: one rule, in the block index's module).
+deflate_block_size = zipdir.block_size
 
 
 class PartStream:
