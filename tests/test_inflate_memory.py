@@ -110,6 +110,7 @@ def test_the_keep_budget_holds_under_threads(tmp_path: Path) -> None:
     assert got["peak_mib"] < 40 + 90, got  # the budget, 3 index passes, chunks, the memo
 
 
+@pytest.mark.slow
 def test_a_small_slice_keeps_nothing(tmp_path: Path) -> None:
     """A 10-element slice of a member with no index left the whole member inflated (32 MiB
     kept, 44 MiB resident after it returned)."""
