@@ -98,7 +98,7 @@ def _archive(tmp_path: Path, n: int = 4 * 2**20) -> tuple[Path, np.ndarray[Any, 
 def test_the_keep_budget_holds_under_threads(tmp_path: Path) -> None:
     """Four threads each computing a 32 MiB member with no index, under a 40 MiB budget:
     the members being inflated were not counted, and all four were kept at once (peak
-    +168 MiB before, +98 MiB now)."""
+    +168 MiB before, +101 MiB now)."""
     path, a = _archive(tmp_path)
     paths = [path]
     for k in range(1, 4):
