@@ -441,3 +441,57 @@ def test_npz_files_resume_from_a_forged_entry_without_blaming_the_archive(
         assert f.read(4000) == raw[at - 128 : at - 128 + 4000]
         assert f.inflater.resumed_at > 0  # from a checkpoint of the rebuilt index
     assert _entry_payload(cache_dir, name) == payload
+
+
+def test_the_record_of_checked_blocks_is_an_entry_like_any_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record of which pieces of a block-indexed member passed their check (beside its
+    checkpoint index) is keyed, checksummed and bounded like an index: a later open trusts
+    it, a damaged one is removed and the pieces checked again."""
+    from npystore.formats import zblock
+    from npystore.read.blocks import BlockChain
+
+    if not zblock.available():
+        pytest.skip("zlib cannot be loaded")
+    a = np.arange(1_000_000, dtype="<i8") % 9973  # 8 MB: 8 blocks
+    path = tmp_path / "w.npz"
+    npystore.savez_compressed(str(path), a=a)
+    cache_dir = tmp_path / "cache"
+    checks: list[int] = []
+    real = zblock.inflate_piece
+
+    def counted(piece: Any, limit: int, on_output: Any = None) -> Any:
+        checks.append(limit)
+        return real(piece, limit, on_output)
+
+    monkeypatch.setattr(zblock, "inflate_piece", counted)
+
+    def chain_of_a_new_open() -> tuple[int, Any]:
+        checks.clear()
+        memo.forget()
+        z = npystore.open_npz(str(path), index_cache=str(cache_dir), chunks=(100_000,))
+        blocks = z.archive.entries["a.npy"].blocks
+        assert blocks is not None
+        np.testing.assert_array_equal(z["a"][-3:].compute(), a[-3:])
+        slot = z.archive.index_slot("a.npy")
+        assert slot is not None
+        count = len(blocks.usizes)
+        return count, slot.block_chain(lambda checked: BlockChain(count, checked))
+
+    count, chain = chain_of_a_new_open()  # checks every piece, records them
+    assert chain.checked == count
+    assert len(checks) >= count
+    (entry,) = cache_dir.glob("*.dflidx")
+    assert entry.read_bytes().startswith(cache.ENTRY_MAGIC)
+    count, chain = chain_of_a_new_open()
+    assert chain.checked == count
+    assert checks == []  # every piece known from the record
+    raw = bytearray(entry.read_bytes())
+    raw[-40] ^= 1
+    entry.write_bytes(bytes(raw))
+    z = npystore.open_npz(str(path), index_cache=str(cache_dir))
+    key = index.index_cache_key(z.archive.reader, _member(z))
+    assert key is not None
+    assert cache.read_cache_file(str(cache_dir), f"blocks:{key}", max_bytes=10**6) is None
+    assert not entry.exists()  # removed: the next read checks the pieces again

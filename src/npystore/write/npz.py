@@ -55,11 +55,8 @@ __all__ = [
     "write_archive",
 ]
 
-#: Uncompressed bytes of one independent deflate block (more for members so large that
-#: the block index would need more than ~4,000 blocks).
-DEFLATE_BLOCK: Final = 2**20
 #: Smallest block of whole chunks when rows are larger than a block (a divisor of the next
-#: axis); below it, blocks are cut every DEFLATE_BLOCK bytes instead.
+#: axis); below it, blocks are cut every :data:`zipdir.DEFLATE_BLOCK` bytes instead.
 MIN_ALIGNED_BLOCK: Final = 128 * 2**10
 #: Members (and directories) whose sizes may reach this are written with ZIP64 records.
 ZIP64_FROM: int = zipdir.ZIP64_LIMIT
@@ -77,10 +74,9 @@ def _deflate_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def deflate_block_size(usize: int) -> int:
-    """Uncompressed bytes per deflate block for a member of ``usize`` bytes."""
-    per = -(-usize // 4000)
-    return max(DEFLATE_BLOCK, -(-per // 2**20) * 2**20)
+#: Uncompressed bytes per deflate block for a member of ``usize`` bytes (the reader refuses
+#: larger blocks: one rule, in the block index's module).
+deflate_block_size = zipdir.block_size
 
 
 def aligned_block_size(shape: tuple[int, ...], itemsize: int, target: int) -> int | None:
