@@ -191,7 +191,15 @@ async def call_s3(fs: Any, method: str, **params: Any) -> dict[str, Any]:
     return resp
 
 
-_OPERATIONS: Final = {"get_object": "GetObject", "head_object": "HeadObject"}
+_OPERATIONS: Final = {
+    "get_object": "GetObject",
+    "head_object": "HeadObject",
+    # the writers' multipart upload (npystore.fetch.sink.S3Sink)
+    "create_multipart_upload": "CreateMultipartUpload",
+    "upload_part": "UploadPart",
+    "complete_multipart_upload": "CompleteMultipartUpload",
+    "abort_multipart_upload": "AbortMultipartUpload",
+}
 
 
 async def get_object(
