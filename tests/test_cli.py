@@ -672,7 +672,8 @@ def test_convert_refuses_outputs_it_cannot_write(
     code, _, err = run(capsys, "convert", str(tmp_path / "x.npz"), target, "--no-progress")
     assert code == 1
     assert "convert writes a Zarr group" in err
-    assert ".zarr" in err and ".npz" in err  # what is accepted
+    assert ".zarr" in err  # what is accepted
+    assert ".npz" in err
     assert os.listdir(work) == []
     assert sorted(os.listdir(tmp_path)) == ["cwd", "x.npz"]
     from npystore.tools.convert import ConvertError, convert
@@ -690,7 +691,8 @@ def test_convert_does_not_create_missing_directories(
     out = tmp_path / "missing" / "deeper" / name
     code, _, err = run(capsys, "convert", str(tmp_path / "x.npy"), str(out), "--no-progress")
     assert code == 1
-    assert "does not exist" in err and "missing/deeper" in err
+    assert "does not exist" in err
+    assert "missing/deeper" in err
     assert sorted(os.listdir(tmp_path)) == ["x.npy"]
     (tmp_path / "missing" / "deeper").mkdir(parents=True)
     assert run(capsys, "convert", str(tmp_path / "x.npy"), str(out), "--no-progress")[0] == 0

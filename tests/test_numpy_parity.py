@@ -152,7 +152,7 @@ def test_mmap_mode_refusals(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="local files only"):
         npystore.load("memory://parity/m.npy", mmap_mode="r")
     np.save(tmp_path / "w.npy", np.arange(3))
-    with pytest.raises(ValueError, match="numpy.load empties the file") as info:
+    with pytest.raises(ValueError, match=r"numpy\.load empties the file") as info:
         npystore.load(str(tmp_path / "w.npy"), mmap_mode="w+")
     assert "numpy.load refuses" not in str(info.value)  # it does not: it truncates
     np.testing.assert_array_equal(np.load(tmp_path / "w.npy"), np.arange(3))
@@ -164,11 +164,13 @@ def test_mmap_mode_refusals(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", ["r", "r+", "c"])
 def test_mmap_mode_is_ignored_for_archives_as_in_numpy(tmp_path: Path, mode: str) -> None:
     np.savez(tmp_path / "a.npz", x=np.arange(3), y=np.eye(2))
-    with np.load(tmp_path / "a.npz", mmap_mode=mode) as want:
-        with npystore.load(str(tmp_path / "a.npz"), mmap_mode=mode) as got:
-            assert got.files == want.files
-            for key in want.files:
-                np.testing.assert_array_equal(got[key], want[key])
+    with (
+        np.load(tmp_path / "a.npz", mmap_mode=mode) as want,
+        npystore.load(str(tmp_path / "a.npz"), mmap_mode=mode) as got,
+    ):
+        assert got.files == want.files
+        for key in want.files:
+            np.testing.assert_array_equal(got[key], want[key])
 
 
 def test_a_plain_pickle_loads_with_allow_pickle_as_in_numpy(tmp_path: Path) -> None:

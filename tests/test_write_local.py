@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import npystore
-from npystore.fetch import sink as sink_module
+from npystore.fetch import tempfiles
 
 A = np.arange(1000, dtype="<f8").reshape(10, 100)
 WRITERS: dict[str, Any] = {
@@ -105,7 +105,7 @@ def test_names_up_to_255_bytes(tmp_path: Path) -> None:
     npystore.save(str(tmp_path / name), A)
     npystore.savez(str(tmp_path / ("z" * 251 + ".npz")), a=A)
     assert (tmp_path / name).read_bytes() == (tmp_path / "np" / name).read_bytes()
-    assert len(sink_module.temporary_name()) <= 41
+    assert len(tempfiles.temporary_name()) <= 41
 
 
 def test_a_symlinked_destination_is_followed_as_numpy_follows_it(tmp_path: Path) -> None:
@@ -297,7 +297,7 @@ def test_a_later_save_sweeps_temporary_files_of_dead_processes(tmp_path: Path) -
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)  # fmt: skip
     pid = int(dead.stdout)
-    host = sink_module.temporary_name().split("-")[1]
+    host = tempfiles.temporary_name().split("-")[1]
     stale = tmp_path / f".npystore-{host}-{pid}-{'a' * 12}.tmp"
     recent = tmp_path / f".npystore-{host}-{pid}-{'b' * 12}.tmp"
     alive = tmp_path / f".npystore-{host}-{os.getppid()}-{'c' * 12}.tmp"
@@ -306,7 +306,7 @@ def test_a_later_save_sweeps_temporary_files_of_dead_processes(tmp_path: Path) -
         other_host = tmp_path / f".npystore-eeeeee-{pid}-{'d' * 12}.tmp"
     for p in (stale, recent, alive, other_host):
         p.write_bytes(b"x" * 1000)
-    old = time.time() - 2 * sink_module.SWEEP_AGE
+    old = time.time() - 2 * tempfiles.SWEEP_AGE
     for p in (stale, alive, other_host):
         os.utime(p, (old, old))
     npystore.save(str(tmp_path / "new.npy"), A)

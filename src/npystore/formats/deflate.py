@@ -33,7 +33,9 @@ A point's block starts ``bits`` bits before byte ``cmp_offset`` (zran's conventi
 bit offset is ``8 * cmp_offset - bits``, minus the gzip header for member-relative offsets.
 
 This module is pure: bytes in, values out. It inflates with ISA-L (``isal``) when installed,
-else zlib-ng, else the standard library's zlib.
+else zlib-ng, else the standard library's zlib. :func:`deflate_block` makes the independent
+blocks the writers join into one stream, at zlib's levels 1-9 (1-3: ISA-L's levels; 4-9:
+zlib-ng's or zlib's, with ISA-L level 3 kept for a block where it is smaller).
 """
 
 from __future__ import annotations
