@@ -342,7 +342,9 @@ class SpoolSink(Sink):
         self.fs = fs
         self.path = path
         self.url = fs.unstrip_protocol(path)
-        self.spool = Spool(tempfile.gettempdir(), size, 0o600)
+        spool_dir = tempfile.gettempdir()
+        sweep(spool_dir)
+        self.spool = Spool(spool_dir, size, 0o600)
         parent, _, _name = path.rpartition("/")
         self.remote_tmp = f"{parent}/{temporary_name()}" if parent else temporary_name()
 
