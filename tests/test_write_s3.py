@@ -235,13 +235,22 @@ def test_an_unreachable_endpoint_is_a_fetch_error_after_npystores_attempts(s3: A
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    import fsspec
+
+    from npystore.testing import RequestCounter
+
     opts = s3.server.storage_options(client_kwargs={"endpoint_url": f"http://127.0.0.1:{port}"})
+    counter = RequestCounter.attach(fsspec.filesystem("s3", **opts))  # the instance npystore gets
     url = "s3://nowhere/x.npy"
-    with pytest.raises(npystore.FetchError) as info:
+    with pytest.raises(npystore.FetchError):  # a read first: its operation is marked too
+        npystore.load(url, storage_options=opts)
+    with counter.measure() as m, pytest.raises(npystore.FetchError) as info:
         npystore.savez_compressed(url, a=np.arange(10), storage_options=opts)
     text = str(info.value)
     assert text.startswith(f"{url}: starting the upload failed after 6 attempts"), text
     assert "EndpointConnectionError" in text
+    # npystore's 6 attempts, each sent once (botocore's own retries would multiply them)
+    assert m.by_operation["CreateMultipartUpload"] == 6, m.by_operation
 
 
 @pytest.mark.parametrize("key", ["d/../x.npy", "d/./y.npy"])
