@@ -273,11 +273,15 @@ class LocalSink(Sink):
 
 
 def _write_all(file: Any, data: Any) -> None:
+    """``file.write`` until all of ``data`` is written (a raw stream may take part of it);
+    a ``write`` that returns no count took everything, as numpy assumes."""
     view = memoryview(data).cast("B")
     while view.nbytes:
         n = file.write(view)
-        if n is None:  # a non-blocking raw stream that would block
-            raise BlockingIOError(errno.EAGAIN, "the file object would block")
+        if not isinstance(n, int) or n >= view.nbytes:
+            return
+        if n <= 0:
+            raise OSError(errno.EIO, f"write took {n} of {view.nbytes} bytes")
         view = view[n:]
 
 
