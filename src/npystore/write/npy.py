@@ -77,7 +77,9 @@ def _write_part(
     return sink.write(number, start, buf)
 
 
-def _raw(head: bytes, block: Any, meta: tuple[Any, Any, str] | None, final: bool) -> list[Any]:
+def _raw(
+    head: bytes, block: Any, meta: tuple[Any, Any, str] | None, final: bool, start: int
+) -> list[Any]:
     """A slab's bytes (the header before the first) as buffers to write in order."""
     pieces: list[Any] = [head] if head else []
     if meta is not None:

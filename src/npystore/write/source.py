@@ -21,6 +21,7 @@ contiguous runs of the file's data, in order, and the guard that names a failing
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import uuid
@@ -77,11 +78,17 @@ class Source:
         The ``.npy`` header ``numpy.save`` writes for it.
     nbytes : int
         Bytes of data after the header.
+    shape : tuple of int
+        The array's shape in the order of its bytes (reversed for a Fortran-ordered array).
+    itemsize : int
+        Bytes per element.
     """
 
     data: da.Array
     header: bytes
     nbytes: int
+    shape: tuple[int, ...] = ()
+    itemsize: int = 1
 
     @property
     def size(self) -> int:
@@ -129,6 +136,7 @@ def as_source(array: Any, source: str) -> Source:
                              "compute_chunk_sizes() first")  # fmt: skip
         header = header_bytes(array.dtype, array.shape, False)
         data = slabs(array, None)
+        shape, itemsize = tuple(array.shape), array.dtype.itemsize
     else:
         a = np.asarray(array)
         check_writable(a.dtype, source)
@@ -139,8 +147,9 @@ def as_source(array: Any, source: str) -> Source:
         # structured array through dask would not keep them)
         raw = flat.reshape(-1).view(np.uint8) if flat.size else np.empty(0, np.uint8)
         data = _views(raw, NUMPY_SLAB)
+        shape, itemsize = tuple(flat.shape), a.dtype.itemsize
     nbytes = math.prod(data.shape) * data.dtype.itemsize
-    return Source(data, header, nbytes)
+    return Source(data, header, nbytes, shape, itemsize)
 
 
 def _views(raw: np.ndarray[Any, Any], step: int) -> da.Array:
@@ -252,11 +261,12 @@ def compute_named(tasks: Sequence[Any], url: str, **kwargs: Any) -> list[Any]:
 def in_order(
     src: Source, url: str, fn: Callable[..., T], *args: Any, window: int | None = None
 ) -> Iterator[T]:
-    """``fn(head, block, meta, final, *args)`` of each slab with data, yielded in file order.
+    """``fn(head, block, meta, final, start, *args)`` of each slab with data, in file order.
 
     ``head`` is the ``.npy`` header before the first slab (empty after it), ``block`` the
     computed slab and ``meta`` its ``(dtype, shape, where)`` for :func:`block_bytes`,
-    ``final`` true for the last; an array without data gives one call with ``block`` and
+    ``final`` true for the last, ``start`` where the slab's bytes (the header's, for the
+    first) begin in the file; an array without data gives one call with ``block`` and
     ``meta`` None. The calls run as dask tasks, ``window`` slabs at a time (default: the
     CPUs, at least 2), so memory holds a few slabs.
     """
@@ -266,8 +276,9 @@ def in_order(
     sizes = src.block_sizes()
     todo = [k for k in range(len(keys)) if sizes[k]]
     if not todo:
-        yield fn(src.header, None, None, True, *args)
+        yield fn(src.header, None, None, True, 0, *args)
         return
+    starts = list(itertools.accumulate(sizes, initial=len(src.header)))
     call = delayed(fn, pure=False)
     step = window or max(2, os.cpu_count() or 1)
     for w in range(0, len(todo), step):
@@ -276,7 +287,8 @@ def in_order(
             shape = tuple(c[i] for c, i in zip(x.chunks, indices[k], strict=True))
             meta = (x.dtype, shape, f"{url}: block {indices[k]}")
             head = src.header if k == todo[0] else b""
-            tasks.append(call(head, keys[k], meta, k == todo[-1], *args))
+            start = 0 if head else starts[k]
+            tasks.append(call(head, keys[k], meta, k == todo[-1], start, *args))
         yield from compute_named(tasks, url)
 
 
