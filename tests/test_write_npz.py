@@ -111,11 +111,11 @@ def test_default_level_stays_within_1_2x_of_numpys_size(
 ) -> None:
     """Sizes are deterministic; 128 KiB blocks over 512 KiB of each kind, so that every
     member is several independent blocks (each starts afresh: the cost 1 MiB blocks pay)."""
-    from npystore.formats import deflate
+    from npystore.formats import deflate_write
 
     monkeypatch.setattr(write_npz, "deflate_block_size", lambda usize: 2**17)
     if backend == "zlib":  # without zlib-ng (the fast extra)
-        monkeypatch.setattr(deflate, "_zlib_compressor", lambda: zlib)
+        monkeypatch.setattr(deflate_write, "_zlib_compressor", lambda: zlib)
     arrays = _typical(2**19)
     np.savez_compressed(tmp_path / "np.npz", **arrays)
     npystore.savez_compressed(str(tmp_path / "ns.npz"), **arrays)

@@ -19,7 +19,7 @@ from npystore.faces.dask import to_dask
 from npystore.faces.tree.build import file_nodes
 from npystore.faces.tree.nodes import ArrayNode
 from npystore.fetch import open_reader
-from npystore.formats.deflate import DEFAULT_LEVEL
+from npystore.formats.deflate_write import DEFAULT_LEVEL
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
 from npystore.tools.args import CliError, output_kind
 from npystore.write import save

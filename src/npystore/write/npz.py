@@ -11,7 +11,7 @@ compute); the sink commits at the end or aborts on any failure.
 The blocks of each member are computed by dask a window at a time (a few slabs, in
 parallel) and joined in order. ``savez_compressed`` deflates every slab as independent
 pieces, in parallel on a thread pool (at ``compresslevel``, see
-:func:`npystore.formats.deflate.deflate_block`): each piece but the member's
+:func:`npystore.formats.deflate_write.deflate_block`): each piece but the member's
 last ends with a full flush, so the joined pieces are one valid deflate stream, and the
 CRC-32 is combined from the pieces'. The member's blocks are fixed before any slab is
 computed (:func:`block_bounds`): the ``.npy`` header is block 0, and every later block
@@ -40,7 +40,8 @@ import numpy as np
 from npystore.errors import UnsupportedError
 from npystore.fetch.sink import Receipt, Sink
 from npystore.formats import zipdir
-from npystore.formats.deflate import DEFAULT_LEVEL, check_level, crc32, deflate_block
+from npystore.formats.deflate import crc32
+from npystore.formats.deflate_write import DEFAULT_LEVEL, check_level, deflate_block
 from npystore.read.crccheck import crc32_combine
 from npystore.read.layout import largest_divisor
 from npystore.write.npy import PART_SIZE, part_size
