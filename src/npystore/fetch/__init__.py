@@ -52,7 +52,9 @@ The package's modules, one job each (this module only re-exports their public na
   :mod:`~npystore.fetch.remote` (retries and budgets), :mod:`~npystore.fetch.s3direct`
   (presigned S3 GETs), :mod:`~npystore.fetch.fileobj` (open file objects);
 - :mod:`~npystore.fetch.cache`: local cache files; :mod:`~npystore.fetch.blockfile`: a
-  file object over a reader.
+  file object over a reader;
+- writing: :mod:`~npystore.fetch.sink` (objects written by parts and committed atomically)
+  and :mod:`~npystore.fetch.tempfiles` (their temporary files).
 """
 
 from __future__ import annotations

@@ -20,10 +20,12 @@ wrong data, a hang or another file overwritten.
   is ignored (one warning per process saying why and what to do), as if the cache were off.
   Every entry is then opened relative to a descriptor of that directory (``openat``), so a
   directory swapped after the check is not followed.
-- **Writes** go to an unpredictable temporary name made with
+- **Writes** go to an unpredictable temporary name (the writers' own,
+  :func:`npystore.fetch.tempfiles.temporary_name`) made with
   ``O_CREAT | O_EXCL | O_NOFOLLOW`` (mode 0600; what :func:`tempfile.mkstemp` does, but
   relative to the checked directory), then renamed over the entry: a symbolic link or any
-  other file planted at either name is never written through.
+  other file planted at either name is never written through. Those dead processes left
+  are swept as the writers' are (:func:`npystore.fetch.tempfiles.sweep`).
 - **Reads** open the entry with ``O_NOFOLLOW | O_NONBLOCK`` and take it only when ``fstat``
   says it is a regular file of this user of at most the size the caller allows (the largest
   legitimate entry for that member): a symbolic link, a FIFO, a device, an oversized file is
@@ -42,11 +44,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import secrets
 import stat
 import struct
-import time
 from typing import Final
+
+from npystore.fetch.tempfiles import sweep, temporary_name
 
 __all__ = [
     "CACHE_ENV",
@@ -74,8 +76,6 @@ IndexCacheOption = str | os.PathLike[str] | bool | None
 ENTRY_MAGIC: Final = b"NPYSTORE-CACHE2\n"
 #: An entry's name ends with this.
 SUFFIX: Final = ".dflidx"
-#: Temporary files left by a process that died while writing are removed after this long.
-STALE_TEMPORARY_S: Final = 3600.0
 _OFF: Final = ("", "0", "off", "false", "no", "none")
 #: header: magic, SHA-256 of the key, payload length; trailer: SHA-256 of all before it.
 _HEAD: Final = struct.Struct(f"<{len(ENTRY_MAGIC)}s32sQ")
@@ -162,7 +162,7 @@ def write_cache_file(
     if dfd is None:
         return
     name = entry_name(key)
-    tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+    tmp = temporary_name()
     try:
         try:
             fd = os.open(
@@ -332,9 +332,9 @@ def _drop(dfd: int, name: str, directory: str, why: str) -> None:
 def _prune(dfd: int, directory: str, budget: int, keep: str) -> None:
     """Remove the least recently used entries until the directory holds ``budget`` bytes
     (never ``keep``, the entry just written), anything else that ends like an entry but is
-    no regular file, and temporary files older than :data:`STALE_TEMPORARY_S`."""
+    no regular file, and the temporary files of dead processes."""
+    sweep(directory)
     entries = []
-    stale = time.time() - STALE_TEMPORARY_S
     try:
         with os.scandir(dfd) as it:
             for entry in it:
@@ -344,10 +344,6 @@ def _prune(dfd: int, directory: str, budget: int, keep: str) -> None:
                         _unlink(dfd, entry.name)
                     else:
                         entries.append((st.st_mtime, st.st_size, entry.name))
-                elif entry.name.startswith(".") and entry.name.endswith(".tmp"):
-                    st = entry.stat(follow_symlinks=False)
-                    if st.st_mtime < stale:
-                        _unlink(dfd, entry.name)
     except OSError as exc:
         log.debug("cache directory %s not listed: %s", directory, exc)
         return
