@@ -1,0 +1,367 @@
+"""Many objects at once: a list, a glob or a folder of URLs expanded into objects, and all
+of them opened together (part of the fetch layer).
+
+:func:`expand` turns what the user named into a list of :class:`Located` objects, in the
+order the dataset has them:
+
+- a list or tuple of URLs: each as it is, in the list's order;
+- a glob (``*``, ``?``, ``[...]``, ``**`` across folders): one listing per prefix (fsspec's
+  ``glob``, which lists the prefix before the first wildcard once, paginated), the matches
+  in *natural* order (``emb_2`` before ``emb_10``, :func:`natural_key`);
+- a folder (a URL ending in ``/``, or one that names a directory): the files in it with the
+  wanted suffix, in natural order. A folder written by ``dask.array.to_npy_stack`` (an
+  ``info`` file beside ``0.npy``, ``1.npy``, ...) must hold every number from 0 on; its
+  ``info`` bytes are returned as they are, never unpickled (see
+  :mod:`npystore.formats.stackinfo`).
+
+:func:`open_all` then opens every object with its opening request, all in flight together:
+on S3 one ranged ``GetObject`` per object (:func:`npystore.fetch.opening.s3_open`'s
+request, with its retries and budget) on fsspec's event loop, at most
+:data:`OPEN_CONCURRENCY` at a time; on other remote filesystems the same number of threads,
+each running :func:`npystore.fetch.open_reader`; local files one after the other (a stat is
+cheaper than a thread hop). Each object becomes a :class:`~npystore.fetch.RangeReader`
+pinned to the identity its own opening answer carried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Final
+
+from fsspec.implementations.local import LocalFileSystem
+
+from npystore.fetch import opening, remote
+from npystore.fetch.identity import ObjectIdentity
+from npystore.fetch.open import OPEN_HEAD, open_reader
+from npystore.fetch.reader import RangeReader
+from npystore.fetch.remote import BUDGET_OPTION
+from npystore.fetch.s3 import is_s3
+
+__all__ = [
+    "OPEN_CONCURRENCY",
+    "STACK_INFO",
+    "Expanded",
+    "Located",
+    "expand",
+    "has_magic",
+    "is_folder",
+    "is_many",
+    "natural_key",
+    "open_all",
+]
+
+#: Opening requests in flight at once (S3 GETs on the event loop, or threads elsewhere).
+OPEN_CONCURRENCY: Final = 64
+#: The file ``dask.array.to_npy_stack`` writes beside the shards (a pickle).
+STACK_INFO: Final = "info"
+#: Largest ``info`` file read from a ``to_npy_stack`` folder (dask's is ~200 bytes plus
+#: 2-3 bytes per chunk).
+STACK_INFO_MAX: Final = 16 * 2**20
+
+_GLOB_CHARS: Final = frozenset("*?[")
+_DIGITS: Final = re.compile(r"(\d+)")
+_STACK_NAME: Final = re.compile(r"(\d+)\.npy")
+
+#: Called with the number of objects opened since the last call (a progress bar).
+OnOpen = Callable[[int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """One object of a dataset, not opened yet.
+
+    Attributes
+    ----------
+    fs : fsspec.AbstractFileSystem
+        Its filesystem.
+    path : str
+        Its path on ``fs``.
+    url : str
+        Its name for messages and identities (protocol-qualified, or the local path).
+    """
+
+    fs: Any
+    path: str
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
+class Expanded:
+    """What a list, glob or folder named.
+
+    Attributes
+    ----------
+    objects : list of Located
+        The objects, in the dataset's order.
+    pattern : str or None
+        The glob or folder URL they came from (None for a list).
+    stack_info : bytes or None
+        The bytes of a ``to_npy_stack`` folder's ``info`` file (never unpickled).
+    """
+
+    objects: list[Located]
+    pattern: str | None
+    stack_info: bytes | None = None
+
+
+def natural_key(name: str) -> tuple[Any, ...]:
+    """Sort key of natural order: runs of digits compare as numbers (``emb_2`` before
+    ``emb_10``, ``9.npy`` before ``10.npy``), the rest as text; ties by the name itself."""
+    parts = _DIGITS.split(name)  # text, digits, text, ...: the same kinds at the same places
+    return (*((int(p) if i % 2 else p) for i, p in enumerate(parts)), name)
+
+
+def has_magic(url: str) -> bool:
+    """Whether ``url`` is a glob pattern (``*``, ``?`` or ``[``)."""
+    return not _GLOB_CHARS.isdisjoint(url)
+
+
+def is_many(url: object) -> bool:
+    """Whether ``url`` names several objects by its form alone: a list or tuple, a glob
+    pattern, or a URL ending in ``/`` (a folder)."""
+    if isinstance(url, list | tuple):
+        return True
+    if isinstance(url, os.PathLike):
+        url = os.fspath(url)
+    return isinstance(url, str) and (has_magic(url) or url.endswith(("/", os.sep)))
+
+
+def is_folder(
+    url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None, *, ask: bool = False
+) -> bool:
+    """Whether ``url`` names a folder: a local directory (a stat); a remote one only when
+    ``ask`` is true (one listing request; the caller asks after a plain open failed)."""
+    text = os.fspath(url)
+    if "::" not in text and (text.startswith("file://") or "://" not in text):
+        return os.path.isdir(text.removeprefix("file://"))
+    if not ask:
+        return False
+    fs, path = opening.filesystem(text, _options(storage_options))
+    try:
+        return bool(fs.isdir(path))
+    except (OSError, ValueError):
+        return False
+
+
+def _options(storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    options = dict(storage_options or {})
+    options.pop(BUDGET_OPTION, None)
+    return options
+
+
+def _located(fs: Any, path: str) -> Located:
+    url = path if isinstance(fs, LocalFileSystem) else fs.unstrip_protocol(path)
+    return Located(fs, path, url)
+
+
+def expand(
+    urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    suffixes: tuple[str, ...] = (".npy",),
+) -> Expanded:
+    """The objects ``urls`` names (see the module doc), in the dataset's order.
+
+    Parameters
+    ----------
+    urls : str, path or sequence of them
+        A list of URLs, a glob, or a folder.
+    storage_options : mapping, optional
+        fsspec's ``storage_options`` (npystore's own keys are ignored here).
+    suffixes : tuple of str
+        The file names a folder contributes (a glob or a list takes what it names).
+
+    Raises
+    ------
+    FileNotFoundError
+        Nothing matches the glob, the folder holds no such file, or a ``to_npy_stack``
+        folder lacks a number.
+    ValueError
+        An empty list.
+    """
+    options = _options(storage_options)
+    if isinstance(urls, list | tuple):
+        if not urls:
+            raise ValueError("an empty list of URLs: name at least one file")
+        out = []
+        for u in urls:
+            if not isinstance(u, str | os.PathLike):
+                raise TypeError(f"expected URLs (str or path), got {type(u).__name__} in the list")
+            fs, path = opening.filesystem(os.fspath(u), options)
+            out.append(_located(fs, path))
+        return Expanded(out, None)
+    url = os.fspath(urls)
+    fs, path = opening.filesystem(url, options)
+    if has_magic(url):
+        return Expanded(_glob(fs, path, url), url)
+    return _folder(fs, path.rstrip("/") or path, url, suffixes)
+
+
+def _glob(fs: Any, path: str, url: str) -> list[Located]:
+    found = fs.glob(path, detail=True)
+    files = [p for p, info in found.items() if info.get("type", "file") != "directory"]
+    if not files:
+        raise FileNotFoundError(
+            errno.ENOENT,
+            "no file matches the pattern (check the folder and the wildcards; '*' stays in "
+            "one folder, '**' crosses folders)",
+            url,
+        )
+    return [_located(fs, p) for p in sorted(files, key=natural_key)]
+
+
+def _folder(fs: Any, path: str, url: str, suffixes: tuple[str, ...]) -> Expanded:
+    try:
+        entries = fs.ls(path, detail=True)
+    except FileNotFoundError as exc:
+        raise opening.named(exc, url) from exc
+    names = {str(e["name"]).rstrip("/").rsplit("/", 1)[-1]: e for e in entries}
+    files = [
+        str(e["name"])
+        for name, e in names.items()
+        if e.get("type", "file") != "directory" and name.endswith(suffixes)
+    ]
+    if not files:
+        want = " or ".join(suffixes)
+        raise FileNotFoundError(errno.ENOENT, f"the folder holds no {want} file", url)
+    info: bytes | None = None
+    if STACK_INFO in names and names[STACK_INFO].get("type", "file") != "directory":
+        numbered = sorted(
+            (int(m.group(1)), f)
+            for f in files
+            if (m := _STACK_NAME.fullmatch(f.rstrip("/").rsplit("/", 1)[-1])) is not None
+        )
+        gaps = [i for i, (n, _) in enumerate(numbered) if n != i]
+        if gaps:
+            raise FileNotFoundError(
+                errno.ENOENT,
+                f"a dask to_npy_stack folder (it has an info file) misses {gaps[0]}.npy: "
+                f"its shards must be numbered 0.npy to {len(numbered) - 1}.npy",
+                url,
+            )
+        size = int(names[STACK_INFO].get("size") or 0)
+        if size > STACK_INFO_MAX:
+            raise FileNotFoundError(
+                errno.EFBIG, f"the info file is {size} bytes, not dask's", url
+            )
+        info = fs.cat_file(str(names[STACK_INFO]["name"]))
+        files = [f for _, f in numbered]
+    else:
+        files.sort(key=natural_key)
+    return Expanded([_located(fs, f) for f in files], url, info)
+
+
+def open_all(
+    objects: Sequence[Located],
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    head: int = OPEN_HEAD,
+    on_open: OnOpen | None = None,
+    concurrency: int = OPEN_CONCURRENCY,
+) -> list[RangeReader]:
+    """Open every object, the opening requests all in flight together (see the module doc).
+
+    Parameters
+    ----------
+    objects : sequence of Located
+        What to open.
+    storage_options : mapping, optional
+        As :func:`npystore.fetch.open_reader` takes them (``npystore_read_budget``
+        included).
+    head : int
+        Bytes read with the identity on S3 (the header of an ``.npy`` file).
+    on_open : callable, optional
+        Called with the number of objects opened since its last call.
+    concurrency : int
+        Most opening requests in flight at once.
+
+    Returns
+    -------
+    list of RangeReader
+        One per object, in order, each pinned to the identity its opening answer carried.
+
+    Raises
+    ------
+    FileNotFoundError, PermissionError, FetchError
+        As :func:`npystore.fetch.open_reader` (the first failure in the dataset's order).
+    """
+    budget = remote.budget_from(dict(storage_options or {}).get(BUDGET_OPTION))
+    readers: list[RangeReader | None] = [None] * len(objects)
+    groups: dict[int, list[int]] = {}
+    for k, obj in enumerate(objects):
+        groups.setdefault(id(obj.fs), []).append(k)
+    for ks in groups.values():
+        fs = objects[ks[0]].fs
+        if is_s3(fs) and head > 0:
+            from fsspec.asyn import sync  # noqa: PLC0415 - async filesystems only
+
+            got = sync(fs.loop, _open_s3, fs, [objects[k] for k in ks], head, budget, on_open,
+                       concurrency)
+        elif isinstance(fs, LocalFileSystem):
+            got = []
+            for k in ks:
+                got.append(open_reader(objects[k].path, storage_options, head=head))
+                if on_open is not None:
+                    on_open(1)
+        else:
+            got = _open_threads(
+                [objects[k] for k in ks], storage_options, head, on_open, concurrency
+            )
+        for k, reader in zip(ks, got, strict=True):
+            readers[k] = reader
+    return [r for r in readers if r is not None]
+
+
+def _open_threads(
+    objects: Sequence[Located],
+    storage_options: Mapping[str, Any] | None,
+    head: int,
+    on_open: OnOpen | None,
+    concurrency: int,
+) -> list[RangeReader]:
+    def one(obj: Located) -> RangeReader:
+        reader = open_reader(obj.url, storage_options, head=head)
+        if on_open is not None:
+            on_open(1)
+        return reader
+
+    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(objects)))) as pool:
+        return list(pool.map(one, objects))
+
+
+async def _open_s3(
+    fs: Any,
+    objects: Sequence[Located],
+    head: int,
+    budget: float,
+    on_open: OnOpen | None,
+    concurrency: int,
+) -> list[RangeReader]:
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(obj: Located) -> RangeReader:
+        async with sem:
+            opened, first = await opening.s3_opening(fs, obj.path, obj.url, head, budget)
+        if on_open is not None:
+            on_open(1)
+        return RangeReader(
+            fs, obj.path, ObjectIdentity.from_info(obj.url, opened), head=first, budget=budget
+        )
+
+    tasks = [asyncio.ensure_future(one(obj)) for obj in objects]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in tasks:  # the first failure in the dataset's order
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+    return [task.result() for task in tasks]
