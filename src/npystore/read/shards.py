@@ -9,8 +9,10 @@ shard's part through that shard's reader (so the reads of one shard never mix tw
 of its file), and :meth:`ShardedArray.read` reads everything at once, the raw shards'
 ranges all in flight together, straight into the result where the result's memory allows.
 
-It pickles as its shards (each a reader and a layout); faces share one dtype object between
-the shards so that a pickle holds it once.
+It pickles small: when every shard is a plain range of one file on one filesystem (the
+``.npy`` case) as the filesystem, the budget and the dtype once and one tuple of builtins per
+shard (path, URL, size, identity fields, shape, order, offset), which pickle (and unpickle)
+in C; otherwise as its shards (each a reader and a layout).
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from typing import Any, Final
 
 import numpy as np
 
+from npystore.fetch import ObjectIdentity, RangeReader
 from npystore.read.access import LayoutArray, normalize_key
-from npystore.read.layout import RawExtent
+from npystore.read.layout import ArrayLayout, RawExtent
 
 __all__ = ["ShardedArray"]
 
@@ -64,6 +67,9 @@ class ShardedArray:
             self._shape = (*first[:axis], self.starts[-1], *first[axis + 1 :])
 
     def __reduce__(self) -> tuple[Any, ...]:
+        compact = _compact(self.shards)
+        if compact is not None:
+            return (_restore_compact, (*compact, self.axis, self.stack))
         return (ShardedArray, (self.shards, self.axis, self.stack))
 
     @property
@@ -204,3 +210,50 @@ class ShardedArray:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray[Any, Any]:
         arr = self.read()
         return arr if dtype is None else arr.astype(dtype, copy=False)
+
+
+_Compact = tuple[Any, float, np.dtype[Any], list[tuple[Any, ...]]]
+
+
+def _compact(shards: Sequence[LayoutArray]) -> _Compact | None:
+    """``(fs, budget, dtype, rows)`` when every shard is a plain range of a file read by a
+    plain reader of one filesystem; None otherwise."""
+    first = shards[0].reader
+    dtype = shards[0].layout.dtype
+    rows = []
+    for shard in shards:
+        reader, layout = shard.reader, shard.layout
+        storage = layout.storage
+        if (
+            type(reader) is not RangeReader
+            or reader.source is not None
+            or reader.fs is not first.fs
+            or reader.budget != first.budget
+            or type(storage) is not RawExtent
+            or storage.crc is not None
+            or layout.unpickle is not None
+            or layout.dtype != dtype
+            or shard.source != reader.url
+        ):
+            return None
+        identity = reader.identity
+        rows.append(
+            (reader.path, identity.url, identity.size, identity.fields, layout.shape,
+             layout.order, storage.offset, storage.nbytes)
+        )  # fmt: skip
+    return first.fs, first.budget, dtype, rows
+
+
+def _restore_compact(
+    fs: Any, budget: float, dtype: np.dtype[Any], rows: list[tuple[Any, ...]], axis: int,
+    stack: bool,
+) -> ShardedArray:
+    """Unpickle a :class:`ShardedArray` pickled by :func:`_compact`."""
+    shards = [
+        LayoutArray(
+            RangeReader(fs, path, ObjectIdentity(url, size, fields), budget=budget),
+            ArrayLayout(dtype, shape, order, RawExtent(offset, nbytes)),
+        )
+        for path, url, size, fields, shape, order, offset, nbytes in rows
+    ]
+    return ShardedArray(shards, axis, stack)
