@@ -40,7 +40,8 @@ def test_glob_concatenates_in_natural_order(tmp_path: Path) -> None:
     xs = _shards(tmp_path, [2, 3, 1, 4, 2, 2, 3, 1, 2, 5, 2, 1])  # emb_0 ... emb_11
     a = npystore.open_npy(str(tmp_path / "emb_*.npy"))
     want = np.concatenate(xs)
-    assert a.shape == want.shape and a.dtype == want.dtype
+    assert a.shape == want.shape
+    assert a.dtype == want.dtype
     # chunks never span two files
     assert a.chunks[0] == (2, 3, 1, 4, 2, 2, 3, 1, 2, 5, 2, 1)
     np.testing.assert_array_equal(a.compute(), want)
@@ -58,9 +59,7 @@ def test_list_keeps_its_order_and_stack(tmp_path: Path) -> None:
     s = npystore.open_npy(urls, stack=True, axis=1)
     assert s.chunks[1] == (1, 1, 1)
     np.testing.assert_array_equal(s.compute(), np.stack([xs[2], xs[0], xs[1]], axis=1))
-    np.testing.assert_array_equal(
-        npystore.load(urls, stack=True), np.stack([xs[2], xs[0], xs[1]])
-    )
+    np.testing.assert_array_equal(npystore.load(urls, stack=True), np.stack([xs[2], xs[0], xs[1]]))
     # concatenation along another axis, one chunk per file
     c = npystore.open_npy(urls, axis=1)
     np.testing.assert_array_equal(c.compute(), np.concatenate([xs[2], xs[0], xs[1]], axis=1))
@@ -70,7 +69,9 @@ def test_list_keeps_its_order_and_stack(tmp_path: Path) -> None:
 
 
 def test_fortran_and_big_endian_shards_read_exactly(tmp_path: Path) -> None:
-    xs = [np.asfortranarray((np.arange(12).reshape(4, 3) * (i + 1)).astype(">i4")) for i in range(3)]
+    xs = [
+        np.asfortranarray((np.arange(12).reshape(4, 3) * (i + 1)).astype(">i4")) for i in range(3)
+    ]
     for i, x in enumerate(xs):
         np.save(tmp_path / f"f{i}.npy", x)
     got = npystore.load(str(tmp_path / "f*.npy"))
@@ -179,7 +180,8 @@ def test_many_tiny_shards_keep_the_graph_small(tmp_path: Path) -> None:
         with open(tmp_path / f"t_{i}.npy", "wb") as f:
             f.write(head + np.array([i, -i], "<i4").tobytes())
     a = npystore.open_npy(str(tmp_path / "t_*.npy"))
-    assert a.shape == (2 * n,) and a.numblocks == (n,)
+    assert a.shape == (2 * n,)
+    assert a.numblocks == (n,)
     graph = dict(a.__dask_graph__())
     assert len(graph) == n + 1  # one task per file, and the sharded array once
     total = len(pickle.dumps(graph))
@@ -214,7 +216,7 @@ def test_manifest_reopens_without_touching_the_shards(tmp_path: Path) -> None:
         b[8:].compute()
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": "npystore-manifest", "version": 1, "shards": []}))
-    with pytest.raises(FormatError, match="malformed|no shard"):
+    with pytest.raises(FormatError, match=r"malformed|no shard"):
         npystore.open_npy(str(bad))
 
 

@@ -29,9 +29,9 @@ from npystore.errors import (
 
 if TYPE_CHECKING:
     from npystore.api import load, open, open_npy, read_header, save, savez, savez_compressed, sniff
+    from npystore.faces.many import to_manifest
     from npystore.faces.matfile import MatFile, open_mat
     from npystore.faces.npz import NpzFile, open_npz
-    from npystore.faces.many import to_manifest
     from npystore.faces.refs import to_kerchunk
     from npystore.faces.stores import open_store
     from npystore.files.mat.tree import MatInfo, MatlabObject, MatStruct

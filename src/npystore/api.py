@@ -187,7 +187,7 @@ def open_npy(
             Unpickle(encoding, fix_imports),
         )  # fmt: skip
         return sharded_dask(array, chunks, max_chunks=max_chunks, name=name)
-    reader = _open_one(url, storage_options)
+    reader = _open_one(url, storage_options)  # type: ignore[arg-type]
     if reader is None:  # a remote folder named without its trailing "/"
         return open_npy(
             f"{url}/", axis=axis, stack=stack, chunks=chunks, storage_options=storage_options,
@@ -309,7 +309,7 @@ def load(
         ).read()  # fmt: skip
     if axis is not None or stack:
         raise TypeError("axis and stack apply to many files (a list, a glob or a folder)")
-    reader = _open_one(url, storage_options, head=LOAD_HEAD)
+    reader = _open_one(url, storage_options, head=LOAD_HEAD)  # type: ignore[arg-type]
     if reader is None:  # a remote folder named without its trailing "/"
         return load(
             f"{url}/", axis=axis, stack=stack, storage_options=storage_options,

@@ -27,11 +27,12 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
 
@@ -220,7 +221,7 @@ def shard_chunks(array: ShardedArray, chunks: ChunksSpec) -> tuple[tuple[int, ..
     if _explicit(chunks):
         whole = normalize_chunks(chunks, array.shape, dtype=dtype)  # type: ignore[no-untyped-call]
         cuts = sorted({*array.starts, *np.cumsum((0, *whole[axis])).tolist()})
-        along = tuple(b - a for a, b in zip(cuts, cuts[1:], strict=False) if b > a)
+        along = tuple(b - a for a, b in itertools.pairwise(cuts) if b > a)
         return (*whole[:axis], along, *whole[axis + 1 :])
     if isinstance(chunks, str) and chunks == "auto":
         import dask  # noqa: PLC0415
@@ -240,7 +241,9 @@ def shard_chunks(array: ShardedArray, chunks: ChunksSpec) -> tuple[tuple[int, ..
             elif isinstance(chunks, str) and chunks == "auto":
                 got = contiguous_chunks(layout.shape, dtype.itemsize, layout.order, target)
             else:
-                slab = (*layout.shape[:axis], 1, *layout.shape[axis:]) if array.stack else layout.shape
+                slab = (
+                    (*layout.shape[:axis], 1, *layout.shape[axis:]) if array.stack else layout.shape
+                )
                 got = normalize_chunks(chunks, slab, dtype=dtype)  # type: ignore[no-untyped-call]
                 if array.stack:
                     got = (*got[:axis], *got[axis + 1 :])
@@ -251,7 +254,7 @@ def shard_chunks(array: ShardedArray, chunks: ChunksSpec) -> tuple[tuple[int, ..
             along_parts.extend(got[axis])
         if rest is None:
             rest = got if array.stack else (*got[:axis], *got[axis + 1 :])
-    assert rest is not None  # noqa: S101 - there is at least one shard
+    assert rest is not None
     along = tuple(along_parts)
     return (*rest[:axis], along, *rest[axis:])
 
@@ -282,8 +285,9 @@ def sharded_dask(
             f"{count:_} chunks (one dask task each), more than max_chunks={max_chunks:_}; "
             f"pass larger chunks or a larger max_chunks"
         )
-    import dask.array as da  # noqa: PLC0415 - keeps `import npystore` light
     import uuid  # noqa: PLC0415
+
+    import dask.array as da  # noqa: PLC0415 - keeps `import npystore` light
 
     if name is None:
         digest = hashlib.sha256()
@@ -444,7 +448,7 @@ def open_manifest(
         doc = doc["npystore"]  # kerchunk references carry npystore's manifest beside them
     if not isinstance(doc, Mapping) or doc.get("format") != MANIFEST_FORMAT:
         raise FormatError(
-            f"{where}: not an npystore manifest (no \"format\": \"{MANIFEST_FORMAT}\"); "
+            f'{where}: not an npystore manifest (no "format": "{MANIFEST_FORMAT}"); '
             f"kerchunk references without one open with xarray's engine='kerchunk'"
         )
     if doc.get("version") != MANIFEST_VERSION:
@@ -469,7 +473,7 @@ def open_manifest(
             fields = tuple((str(k), str(v)) for k, v in dict(entry["identity"]).items())
             identity = ObjectIdentity(name, int(entry["size"]), fields)
             shape = tuple(int(n) for n in entry["shape"])
-            order = "F" if entry.get("order") == "F" else "C"
+            order: Literal["C", "F"] = "F" if entry.get("order") == "F" else "C"
             offset = int(entry["offset"])
             extent = RawExtent(offset, math.prod(shape) * dtype.itemsize)
             if offset < 0 or extent.offset + extent.nbytes > identity.size:
@@ -597,3 +601,167 @@ def dataset_kerchunk(
     result = {"version": 1, "refs": refs, "npystore": manifest_dict(array)}
     json.dumps(result)
     return result
+
+
+# -- one member or variable across many archives --------------------------------------------
+
+
+class ManyFiles(Mapping[str, Any]):
+    """One key across many ``.npz`` archives or MAT-files: ``m["x"]`` is every file's ``x``
+    concatenated along ``axis`` (stacked with ``stack=True``), a lazy dask array; keys are
+    the first file's. Made by :func:`npystore.open_npz` and :func:`npystore.open_mat` when
+    given many files.
+
+    Attributes
+    ----------
+    files : list of str
+        The keys (members, variables) of the first file.
+    opened : list
+        Each file's own :class:`~npystore.NpzFile` or :class:`~npystore.MatFile`.
+    """
+
+    def __init__(
+        self,
+        opened: list[Any],
+        keys: list[str],
+        shard: Callable[[int, str], LayoutArray],
+        *,
+        axis: int | None,
+        stack: bool,
+        chunks: ChunksSpec,
+        max_chunks: int,
+        where: str,
+        remote: bool,
+        prefix: Callable[[str], str],
+    ) -> None:
+        self.opened = opened
+        self.files = keys
+        self._shard = shard
+        self._axis = axis
+        self._stack = stack
+        self._chunks = chunks
+        self._max_chunks = max_chunks
+        self._where = where
+        self._remote = remote
+        self._prefix = prefix
+
+    def array(self, key: str) -> ShardedArray:
+        """Every file's ``key`` joined, as a lazy numpy-like array (each file's headers read
+        together)."""
+        shards = _map(lambda k: self._shard(k, key), list(range(len(self.opened))), self._remote)
+        return join_shards(
+            shards, axis=self._axis or 0, stack=self._stack, where=f"{self._where}: {key!r}"
+        )
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.files:
+            raise KeyError(f"{key!r} is not in {self._where} (the first file's keys: {self.files})")
+        return sharded_dask(
+            self.array(key), self._chunks, prefix=self._prefix(key), max_chunks=self._max_chunks
+        )
+
+    def load(self, key: str) -> np.ndarray[Any, Any]:
+        """Every file's ``key`` read into one numpy array, all files at once."""
+        return self.array(key).read()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.files)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __repr__(self) -> str:
+        return f"ManyFiles({self._where!r}, {len(self.opened)} files, keys={self.files!r})"
+
+    def close(self) -> None:
+        """Close every file."""
+        for f in self.opened:
+            f.close()
+
+    def __enter__(self) -> ManyFiles:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _opened(
+    urls: Any, storage_options: Mapping[str, Any] | None, suffix: str, **open_options: Any
+) -> tuple[str, list[RangeReader]]:
+    expanded = expand(urls, storage_options, suffixes=(suffix,))
+    where = expanded.pattern or f"{len(expanded.objects)} files"
+    return where, open_all(expanded.objects, storage_options, **open_options)
+
+
+def open_npz_many(
+    urls: Any,
+    *,
+    axis: int | None,
+    stack: bool,
+    chunks: ChunksSpec,
+    storage_options: Mapping[str, Any] | None,
+    max_chunks: int,
+    **npz_options: Any,
+) -> ManyFiles:
+    """:func:`npystore.open_npz` of many archives (see :class:`ManyFiles`)."""
+    from npystore.faces.npz import _dask_prefix, npz_from_reader  # noqa: PLC0415
+    from npystore.files.zip import OPEN_TAIL  # noqa: PLC0415
+
+    where, readers = _opened(urls, storage_options, ".npz", head=0, tail=OPEN_TAIL)
+    remote = not readers[0].local
+    npzs = _map(
+        lambda r: npz_from_reader(r, chunks=chunks, max_chunks=max_chunks, **npz_options),
+        readers,
+        remote,
+    )
+    return ManyFiles(
+        npzs, list(npzs[0].files), lambda k, key: npzs[k].array(key), axis=axis, stack=stack,
+        chunks=chunks, max_chunks=max_chunks, where=where, remote=remote, prefix=_dask_prefix,
+    )  # fmt: skip
+
+
+def open_mat_many(
+    urls: Any,
+    *,
+    axis: int | None,
+    stack: bool,
+    chunks: ChunksSpec,
+    storage_options: Mapping[str, Any] | None,
+    max_chunks: int,
+    **mat_options: Any,
+) -> ManyFiles:
+    """:func:`npystore.open_mat` of many MAT-files (see :class:`ManyFiles`): numeric
+    variables only (small ones read with the file's metadata included)."""
+    from npystore.faces.matfile import MAT_OPEN_HEAD, mat_from_reader  # noqa: PLC0415
+    from npystore.files.mat.tree import NumericLeaf, ValueLeaf  # noqa: PLC0415
+    from npystore.read.layout import InlineExtent  # noqa: PLC0415
+
+    where, readers = _opened(urls, storage_options, ".mat", head=MAT_OPEN_HEAD)
+    remote = not readers[0].local
+    mats = _map(
+        lambda r: mat_from_reader(
+            r, read_prefix(r), chunks=chunks, max_chunks=max_chunks, **mat_options
+        ),
+        readers,
+        remote,
+    )
+
+    def shard(k: int, name: str) -> LayoutArray:
+        node = mats[k].node(name)
+        source = f"{mats[k].url}:{name}"
+        if isinstance(node, NumericLeaf):
+            return node.array
+        if isinstance(node, ValueLeaf):
+            value = np.ascontiguousarray(node.value)
+            layout = ArrayLayout(value.dtype, value.shape, "C", InlineExtent(value.tobytes()))
+            return LayoutArray(readers[k], layout, source=source)
+        raise UnsupportedError(
+            f"{source}: a {type(node).__name__}, not a numeric array: only numeric variables "
+            f"join across files (open the files one by one with npystore.open_mat)"
+        )
+
+    return ManyFiles(
+        mats, list(mats[0]), shard, axis=axis, stack=stack, chunks=chunks,
+        max_chunks=max_chunks, where=where, remote=remote,
+        prefix=lambda key: "mat-" + key[:40].replace("/", "_"),
+    )  # fmt: skip

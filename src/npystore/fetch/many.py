@@ -133,7 +133,10 @@ def is_many(url: object) -> bool:
 
 
 def is_folder(
-    url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None, *, ask: bool = False
+    url: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    ask: bool = False,
 ) -> bool:
     """Whether ``url`` names a folder: a local directory (a stat); a remote one only when
     ``ask`` is true (one listing request; the caller asks after a plain open failed)."""
@@ -196,7 +199,7 @@ def expand(
             fs, path = opening.filesystem(os.fspath(u), options)
             out.append(_located(fs, path))
         return Expanded(out, None)
-    url = os.fspath(urls)
+    url = os.fspath(urls)  # type: ignore[arg-type]
     fs, path = opening.filesystem(url, options)
     if has_magic(url):
         return Expanded(_glob(fs, path, url), url)
@@ -247,9 +250,7 @@ def _folder(fs: Any, path: str, url: str, suffixes: tuple[str, ...]) -> Expanded
             )
         size = int(names[STACK_INFO].get("size") or 0)
         if size > STACK_INFO_MAX:
-            raise FileNotFoundError(
-                errno.EFBIG, f"the info file is {size} bytes, not dask's", url
-            )
+            raise FileNotFoundError(errno.EFBIG, f"the info file is {size} bytes, not dask's", url)
         info = fs.cat_file(str(names[STACK_INFO]["name"]))
         files = [f for _, f in numbered]
     else:
@@ -262,6 +263,7 @@ def open_all(
     storage_options: Mapping[str, Any] | None = None,
     *,
     head: int = OPEN_HEAD,
+    tail: int = 0,
     on_open: OnOpen | None = None,
     concurrency: int = OPEN_CONCURRENCY,
 ) -> list[RangeReader]:
@@ -276,6 +278,8 @@ def open_all(
         included).
     head : int
         Bytes read with the identity on S3 (the header of an ``.npy`` file).
+    tail : int
+        If positive, the last ``tail`` bytes instead (a ZIP archive's directory).
     on_open : callable, optional
         Called with the number of objects opened since its last call.
     concurrency : int
@@ -298,20 +302,21 @@ def open_all(
         groups.setdefault(id(obj.fs), []).append(k)
     for ks in groups.values():
         fs = objects[ks[0]].fs
-        if is_s3(fs) and head > 0:
+        if is_s3(fs) and (head > 0 or tail > 0):
             from fsspec.asyn import sync  # noqa: PLC0415 - async filesystems only
 
-            got = sync(fs.loop, _open_s3, fs, [objects[k] for k in ks], head, budget, on_open,
-                       concurrency)
+            count = -tail if tail > 0 else head
+            batch = [objects[k] for k in ks]
+            got = sync(fs.loop, _open_s3, fs, batch, count, budget, on_open, concurrency)
         elif isinstance(fs, LocalFileSystem):
             got = []
             for k in ks:
-                got.append(open_reader(objects[k].path, storage_options, head=head))
+                got.append(open_reader(objects[k].path, storage_options, head=head, tail=tail))
                 if on_open is not None:
                     on_open(1)
         else:
             got = _open_threads(
-                [objects[k] for k in ks], storage_options, head, on_open, concurrency
+                [objects[k] for k in ks], storage_options, head, tail, on_open, concurrency
             )
         for k, reader in zip(ks, got, strict=True):
             readers[k] = reader
@@ -322,11 +327,12 @@ def _open_threads(
     objects: Sequence[Located],
     storage_options: Mapping[str, Any] | None,
     head: int,
+    tail: int,
     on_open: OnOpen | None,
     concurrency: int,
 ) -> list[RangeReader]:
     def one(obj: Located) -> RangeReader:
-        reader = open_reader(obj.url, storage_options, head=head)
+        reader = open_reader(obj.url, storage_options, head=head, tail=tail)
         if on_open is not None:
             on_open(1)
         return reader
@@ -338,21 +344,24 @@ def _open_threads(
 async def _open_s3(
     fs: Any,
     objects: Sequence[Located],
-    head: int,
+    count: int,
     budget: float,
     on_open: OnOpen | None,
     concurrency: int,
 ) -> list[RangeReader]:
+    """Open S3 objects with their first ``count`` bytes (the last ``-count`` if negative),
+    at most ``concurrency`` opening GETs in flight."""
     sem = asyncio.Semaphore(max(1, concurrency))
 
     async def one(obj: Located) -> RangeReader:
         async with sem:
-            opened, first = await opening.s3_opening(fs, obj.path, obj.url, head, budget)
+            opened, got = await opening.s3_opening(fs, obj.path, obj.url, count, budget)
         if on_open is not None:
             on_open(1)
-        return RangeReader(
-            fs, obj.path, ObjectIdentity.from_info(obj.url, opened), head=first, budget=budget
-        )
+        identity = ObjectIdentity.from_info(obj.url, opened)
+        if count < 0:
+            return RangeReader(fs, obj.path, identity, tail=got, budget=budget)
+        return RangeReader(fs, obj.path, identity, head=got, budget=budget)
 
     tasks = [asyncio.ensure_future(one(obj)) for obj in objects]
     try:

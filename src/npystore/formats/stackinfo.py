@@ -64,7 +64,7 @@ def parse_stack_info(data: bytes, source: str = "info") -> StackInfo:
         for op, arg, _ in pickletools.genops(data):
             name = op.name
             if name in _INTS:
-                stack.append(int(arg))
+                stack.append(int(arg))  # type: ignore[arg-type]
             elif name in _STRINGS:
                 stack.append(str(arg))
             elif name == "MARK":
@@ -90,9 +90,9 @@ def parse_stack_info(data: bytes, source: str = "info") -> StackInfo:
             elif name == "MEMOIZE":
                 memo[len(memo)] = stack[-1]
             elif name in _PUT:
-                memo[int(arg)] = stack[-1]
+                memo[int(arg)] = stack[-1]  # type: ignore[arg-type]
             elif name in _GET:
-                stack.append(memo.get(int(arg), _OTHER))
+                stack.append(memo.get(int(arg), _OTHER))  # type: ignore[arg-type]
             else:  # anything else (the dtype's reduce, ...) is opaque: its effect only
                 _opaque(stack, op)
     except (ValueError, IndexError, TypeError) as exc:

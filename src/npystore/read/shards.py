@@ -164,7 +164,7 @@ class ShardedArray:
             return out
         direct: list[Future[None]] = []
         others: list[int] = []
-        flat = memoryview(out.reshape(-1).view(np.uint8)) if out.flags.c_contiguous else None
+        flat = memoryview(out.reshape(-1).view(np.uint8).data) if out.flags.c_contiguous else None
         for k, shard in enumerate(self.shards):
             target = self._contiguous_target(k)
             storage = shard.layout.storage
@@ -177,19 +177,20 @@ class ShardedArray:
         if others:
             with ThreadPoolExecutor(max_workers=min(_READ_THREADS, len(others))) as pool:
                 for k, values in zip(
-                    others, pool.map(lambda k: self.shards[k].read(parallel=parallel), others),
+                    others,
+                    pool.map(lambda k: self.shards[k].read(parallel=parallel), others),
                     strict=True,
                 ):
                     where: list[Any] = [slice(None)] * out.ndim
-                    where[self.axis] = k if self.stack else slice(
-                        self.starts[k], self.starts[k + 1]
+                    where[self.axis] = (
+                        k if self.stack else slice(self.starts[k], self.starts[k + 1])
                     )
                     out[tuple(where)] = values
         problem: BaseException | None = None
         for future in direct:  # wait for all: their views are the result's memory
             try:
                 future.result()
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, the first one
+            except BaseException as exc:
                 problem = problem or exc
         if problem is not None:
             raise problem
@@ -245,7 +246,11 @@ def _compact(shards: Sequence[LayoutArray]) -> _Compact | None:
 
 
 def _restore_compact(
-    fs: Any, budget: float, dtype: np.dtype[Any], rows: list[tuple[Any, ...]], axis: int,
+    fs: Any,
+    budget: float,
+    dtype: np.dtype[Any],
+    rows: list[tuple[Any, ...]],
+    axis: int,
     stack: bool,
 ) -> ShardedArray:
     """Unpickle a :class:`ShardedArray` pickled by :func:`_compact`."""

@@ -144,8 +144,7 @@ class Progress:
         share = self.nbytes / self.total_bytes if self.total_bytes else 1.0
         size = format_size if self.unit == "B" else self._count
         parts = [
-            f"{self.description}: {size(self.nbytes)} of {size(self.total_bytes)} "
-            f"({share:.0%})",
+            f"{self.description}: {size(self.nbytes)} of {size(self.total_bytes)} ({share:.0%})",
             f"{self.items} of {self.total_items} chunks",
             f"{size(rate)}/s",
         ]

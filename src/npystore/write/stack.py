@@ -111,7 +111,7 @@ def save_stack(
     """
     import dask.array as da  # noqa: PLC0415
 
-    x = array if isinstance(array, da.Array) else da.asarray(array)
+    x = array if isinstance(array, da.Array) else da.asarray(array)  # type: ignore[no-untyped-call]
     check_writable(x.dtype, str(url))
     if x.ndim == 0:
         raise ValueError(f"{url}: a 0-d array has no axis to split into files")
@@ -126,7 +126,7 @@ def save_stack(
     root = root.rstrip("/")
     fs.makedirs(root, exist_ok=True)
     base = str(url).rstrip("/")
-    keys = x.to_delayed(optimize_graph=True).ravel().tolist()  # type: ignore[no-untyped-call]
+    keys = x.to_delayed(optimize_graph=True).ravel().tolist()
     write = delayed(_write_file, pure=False)
     tasks = []
     for i, key in enumerate(keys):

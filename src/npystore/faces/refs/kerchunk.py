@@ -123,7 +123,7 @@ def to_kerchunk(
             url, storage_options=storage_options, zarr_format=zarr_format,
             max_header_size=max_header_size,
         )  # fmt: skip
-    assert isinstance(url, str)  # noqa: S101 - is_many took lists and tuples
+    assert isinstance(url, str)
     reader, nodes = open_tree(url, storage_options, max_header_size, max_members)
     target = reader.fs.unstrip_protocol(reader.path)
     plans = plan_tree(nodes, chunks=chunks)
