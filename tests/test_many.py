@@ -261,3 +261,45 @@ def test_s3_glob_opens_in_one_listing_and_one_get_per_file(s3) -> None:
         b.compute()
     with pytest.raises(FileNotFoundError, match="no file matches"):
         npystore.open_npy(s3.url("emb/x_*.npy"), storage_options=s3.storage_options)
+
+
+def test_npz_member_and_mat_variable_across_files(tmp_path: Path) -> None:
+    scipy_io = pytest.importorskip("scipy.io")
+    xs, ys = [], []
+    for i in range(5):
+        x, y = np.arange(i + 2) * 1.5, np.eye(3) * i
+        xs.append(x)
+        ys.append(y)
+        save = np.savez_compressed if i % 2 else np.savez
+        save(tmp_path / f"t_{i}.npz", x=x, y=y)
+        scipy_io.savemat(tmp_path / f"m_{i}.mat", {"x": x[:, None], "y": y}, do_compression=i % 2)
+    z = npystore.open_npz(str(tmp_path / "t_*.npz"))
+    assert z.files == ["x", "y"]
+    np.testing.assert_array_equal(z["x"].compute(), np.concatenate(xs))
+    np.testing.assert_array_equal(z.load("y"), np.concatenate(ys))
+    stacked = npystore.open_npz(str(tmp_path / "t_*.npz"), stack=True)["y"]
+    np.testing.assert_array_equal(stacked.compute(), np.stack(ys))
+    m = npystore.open_mat(str(tmp_path / "m_*.mat"))
+    np.testing.assert_array_equal(m["x"].compute(), np.concatenate(xs)[:, None])
+    np.testing.assert_array_equal(m["y"].compute(), np.concatenate(ys))
+    np.savez(tmp_path / "t_9.npz", x=np.arange(3), z=np.arange(3))
+    with pytest.raises(KeyError, match=r"'y' is not a file in the archive .*t_9\.npz"):
+        npystore.open_npz(str(tmp_path / "t_*.npz"))["y"]
+
+
+def test_cli_info_and_convert_take_a_glob(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from npystore.tools.cli import main
+
+    xs = _shards(tmp_path / "d", [3, 4, 3])
+    pattern = str(tmp_path / "d" / "*.npy")
+    assert main(["info", pattern, "--json"]) == 0
+    facts = json.loads(capsys.readouterr().out)
+    assert facts["files"] == 3 and facts["shape"] == [10, 3] and facts["dtype"] == "<f4"
+    assert facts["nbytes"] == 120
+    assert main(["info", pattern]) == 0
+    assert "3 .npy files" in capsys.readouterr().out
+    out = tmp_path / "all.npy"
+    assert main(["convert", pattern, str(out)]) == 0
+    np.testing.assert_array_equal(np.load(out), np.concatenate(xs))

@@ -48,6 +48,15 @@ INTERRUPTED: Final = 130
 
 
 def _info_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, out: TextIO) -> int:
+    from npystore.tools.many import dataset_info, names_dataset, print_dataset_info  # noqa: PLC0415
+
+    if names_dataset(args.url, options):  # a glob or a folder of .npy files
+        facts = dataset_info(args.url, options)
+        if args.json:
+            print(json.dumps(facts, indent=2), file=out)
+        else:
+            print_dataset_info(facts, out)
+        return 0
     facts = info(args.url, options, args.depth)
     if args.json:
         print(json.dumps(facts, indent=2), file=out)
@@ -104,6 +113,20 @@ def _say_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
 
 def _convert_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, out: TextIO) -> int:
     from npystore.tools.export import export, is_numpy_output  # noqa: PLC0415
+    from npystore.tools.many import convert_dataset, names_dataset  # noqa: PLC0415
+
+    if names_dataset(args.url, options):  # a glob or a folder of .npy files: one array
+        chunks = [c for c in args.chunks or () if "=" not in c]
+        done, shape, nbytes = convert_dataset(
+            args.url,
+            args.out,
+            storage_options=options,
+            out_storage_options=_out_options(args, options) if is_url(args.out) else None,
+            chunks=chunk_spec(chunks[-1]) if chunks else None,
+            name=args.name,
+        )
+        print(f"{done}: one array of shape {shape}, {nbytes} bytes", file=out)
+        return 0
 
     if is_numpy_output(args.out):  # .npy / .npz by extension: npystore's own writers
         done = export(
