@@ -296,7 +296,9 @@ def test_cli_info_and_convert_take_a_glob(
     pattern = str(tmp_path / "d" / "*.npy")
     assert main(["info", pattern, "--json"]) == 0
     facts = json.loads(capsys.readouterr().out)
-    assert facts["files"] == 3 and facts["shape"] == [10, 3] and facts["dtype"] == "<f4"
+    assert facts["files"] == 3
+    assert facts["shape"] == [10, 3]
+    assert facts["dtype"] == "<f4"
     assert facts["nbytes"] == 120
     assert main(["info", pattern]) == 0
     assert "3 .npy files" in capsys.readouterr().out

@@ -117,7 +117,7 @@ def _convert_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, ou
 
     if names_dataset(args.url, options):  # a glob or a folder of .npy files: one array
         chunks = [c for c in args.chunks or () if "=" not in c]
-        done, shape, nbytes = convert_dataset(
+        written, shape, nbytes = convert_dataset(
             args.url,
             args.out,
             storage_options=options,
@@ -125,7 +125,7 @@ def _convert_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, ou
             chunks=chunk_spec(chunks[-1]) if chunks else None,
             name=args.name,
         )
-        print(f"{done}: one array of shape {shape}, {nbytes} bytes", file=out)
+        print(f"{written}: one array of shape {shape}, {nbytes} bytes", file=out)
         return 0
 
     if is_numpy_output(args.out):  # .npy / .npz by extension: npystore's own writers

@@ -97,8 +97,7 @@ def convert_dataset(
         savez(out, storage_options=out_storage_options, **{name or "data": x})
     else:
         axis = array.axis
-        regular = x.rechunk(chunks if chunks is not None else {axis: max(x.chunks[axis])})
-        regular.to_zarr(  # type: ignore[no-untyped-call]
-            out, component=name, storage_options=out_storage_options, zarr_format=3
-        )
+        spec = chunks if chunks is not None else {axis: max(x.chunks[axis])}
+        regular = x.rechunk(spec)  # type: ignore[no-untyped-call]
+        regular.to_zarr(out, component=name, storage_options=out_storage_options, zarr_format=3)
     return out, array.shape, array.nbytes
