@@ -35,6 +35,10 @@ __all__ = ["load", "open", "open_npy", "read_header", "save", "savez", "savez_co
 #: nothing measurable).
 LOAD_HEAD: Final = 2**20
 
+#: :func:`load` of many S3 files: a file the listing found at most this large is read whole
+#: by its opening request (one request per file).
+LOAD_WHOLE: Final = 16 * 2**20
+
 StorageOptions = Mapping[str, Any] | None
 #: What the open functions take: a local path, an fsspec URL or an open binary file object.
 Source = str | BinaryFile
@@ -387,7 +391,9 @@ def _sharded(
         if axis is not None or stack:
             raise TypeError("a manifest fixes axis and stack: leave them out")
         return open_manifest(url, storage_options)
-    extra: dict[str, Any] = {} if head is None else {"head": head, "data_from_head": True}
+    extra: dict[str, Any] = (
+        {} if head is None else {"head": head, "whole": LOAD_WHOLE, "data_from_head": True}
+    )
     with CountProgress("open files") as progress:
         return sharded_npy(
             url, axis=axis, stack=stack, storage_options=storage_options,

@@ -153,6 +153,7 @@ def sharded_npy(
     max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
     unpickle: Unpickle = Unpickle(),  # noqa: B008 - frozen
     head: int = SHARD_HEAD,
+    whole: int = 0,
     data_from_head: bool = False,
     on_open: OnOpen | None = None,
     on_count: Callable[[int], OnOpen | None] | None = None,
@@ -161,8 +162,9 @@ def sharded_npy(
     :class:`~npystore.read.shards.ShardedArray` (see the module doc).
 
     ``axis=None`` is 0, or the axis a ``to_npy_stack`` folder's ``info`` names. ``head``:
-    bytes read with each S3 object's identity (``data_from_head``: an eager read right after
-    may take data from them). ``on_count(n)``, told how many files there are before they are
+    bytes read with each S3 object's identity, ``whole``: objects the listing found at most
+    this large are read whole instead (``data_from_head``: an eager read right after may
+    take data from them). ``on_count(n)``, told how many files there are before they are
     opened, may return the ``on_open`` callback (a progress bar for long lists).
     """
     expanded = expand(urls, storage_options, suffixes=(".npy",))
@@ -178,7 +180,7 @@ def sharded_npy(
             axis = info.axis
     if on_count is not None:
         on_open = on_count(len(expanded.objects)) or on_open
-    readers = open_all(expanded.objects, storage_options, head=head, on_open=on_open)
+    readers = open_all(expanded.objects, storage_options, head=head, whole=whole, on_open=on_open)
     remote = not readers[0].local
 
     def header(reader: RangeReader) -> LayoutArray:

@@ -84,11 +84,14 @@ class Located:
         Its path on ``fs``.
     url : str
         Its name for messages and identities (protocol-qualified, or the local path).
+    size : int or None
+        Its size as the listing reported it (None: not listed).
     """
 
     fs: Any
     path: str
     url: str
+    size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,9 +161,10 @@ def _options(storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
     return options
 
 
-def _located(fs: Any, path: str) -> Located:
+def _located(fs: Any, path: str, info: Mapping[str, Any] | None = None) -> Located:
     url = path if isinstance(fs, LocalFileSystem) else fs.unstrip_protocol(path)
-    return Located(fs, path, url)
+    size = None if info is None else info.get("size")
+    return Located(fs, path, url, size if isinstance(size, int) else None)
 
 
 def expand(
@@ -216,7 +220,7 @@ def _glob(fs: Any, path: str, url: str) -> list[Located]:
             "one folder, '**' crosses folders)",
             url,
         )
-    return [_located(fs, p) for p in sorted(files, key=natural_key)]
+    return [_located(fs, p, found[p]) for p in sorted(files, key=natural_key)]
 
 
 def _folder(fs: Any, path: str, url: str, suffixes: tuple[str, ...]) -> Expanded:
@@ -225,6 +229,7 @@ def _folder(fs: Any, path: str, url: str, suffixes: tuple[str, ...]) -> Expanded
     except FileNotFoundError as exc:
         raise opening.named(exc, url) from exc
     names = {str(e["name"]).rstrip("/").rsplit("/", 1)[-1]: e for e in entries}
+    by_path = {str(e["name"]): e for e in entries}
     files = [
         str(e["name"])
         for name, e in names.items()
@@ -255,7 +260,7 @@ def _folder(fs: Any, path: str, url: str, suffixes: tuple[str, ...]) -> Expanded
         files = [f for _, f in numbered]
     else:
         files.sort(key=natural_key)
-    return Expanded([_located(fs, f) for f in files], url, info)
+    return Expanded([_located(fs, f, by_path.get(f)) for f in files], url, info)
 
 
 def open_all(
@@ -264,6 +269,7 @@ def open_all(
     *,
     head: int = OPEN_HEAD,
     tail: int = 0,
+    whole: int = 0,
     on_open: OnOpen | None = None,
     concurrency: int = OPEN_CONCURRENCY,
 ) -> list[RangeReader]:
@@ -280,6 +286,9 @@ def open_all(
         Bytes read with the identity on S3 (the header of an ``.npy`` file).
     tail : int
         If positive, the last ``tail`` bytes instead (a ZIP archive's directory).
+    whole : int
+        On S3, an object the listing found at most this large is read whole by its opening
+        request (an eager read of small files: one request each).
     on_open : callable, optional
         Called with the number of objects opened since its last call.
     concurrency : int
@@ -307,7 +316,11 @@ def open_all(
 
             count = -tail if tail > 0 else head
             batch = [objects[k] for k in ks]
-            got = sync(fs.loop, _open_s3, fs, batch, count, budget, on_open, concurrency)
+            counts = [
+                o.size if count > 0 and o.size is not None and count < o.size <= whole else count
+                for o in batch
+            ]
+            got = sync(fs.loop, _open_s3, fs, batch, counts, budget, on_open, concurrency)
         elif isinstance(fs, LocalFileSystem):
             got = []
             for k in ks:
@@ -344,16 +357,16 @@ def _open_threads(
 async def _open_s3(
     fs: Any,
     objects: Sequence[Located],
-    count: int,
+    counts: Sequence[int],
     budget: float,
     on_open: OnOpen | None,
     concurrency: int,
 ) -> list[RangeReader]:
-    """Open S3 objects with their first ``count`` bytes (the last ``-count`` if negative),
-    at most ``concurrency`` opening GETs in flight."""
+    """Open S3 objects, each with its first ``count`` bytes (the last ``-count`` if
+    negative), at most ``concurrency`` opening GETs in flight."""
     sem = asyncio.Semaphore(max(1, concurrency))
 
-    async def one(obj: Located) -> RangeReader:
+    async def one(obj: Located, count: int) -> RangeReader:
         async with sem:
             opened, got = await opening.s3_opening(fs, obj.path, obj.url, count, budget)
         if on_open is not None:
@@ -363,7 +376,7 @@ async def _open_s3(
             return RangeReader(fs, obj.path, identity, tail=got, budget=budget)
         return RangeReader(fs, obj.path, identity, head=got, budget=budget)
 
-    tasks = [asyncio.ensure_future(one(obj)) for obj in objects]
+    tasks = [asyncio.ensure_future(one(o, c)) for o, c in zip(objects, counts, strict=True)]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     finally:
