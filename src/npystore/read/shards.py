@@ -123,9 +123,20 @@ class ShardedArray:
     def __getitem__(self, key: Any) -> np.ndarray[Any, Any]:
         selection, post = normalize_key(key, self.shape)
         start, count, step = selection[self.axis]
+        pieces = list(self._pieces(start, count, step)) if count else []
+        if len(pieces) == 1:  # one shard (every dask chunk): its own result, no copy
+            k, _, local = pieces[0]
+            shard_key = [slice(s, s + c * st, st) for s, c, st in selection]
+            if self.stack:
+                del shard_key[self.axis]
+            else:
+                shard_key[self.axis] = local
+            got = self.shards[k][tuple(shard_key)]
+            whole = np.expand_dims(got, self.axis) if self.stack else got
+            return np.asarray(whole[(*post, Ellipsis)])
         out = np.empty(tuple(c for _, c, _ in selection), dtype=self.dtype)
         if count:
-            for k, positions, local in self._pieces(start, count, step):
+            for k, positions, local in pieces:
                 shard_key = [slice(s, s + c * st, st) for s, c, st in selection]
                 if self.stack:
                     del shard_key[self.axis]
