@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -36,12 +37,12 @@ from typing import Any, Final
 
 from fsspec.implementations.local import LocalFileSystem
 
-from npystore.fetch import opening, remote
+from npystore.fetch import opening, remote, s3direct
 from npystore.fetch.identity import ObjectIdentity
 from npystore.fetch.open import OPEN_HEAD, open_reader
 from npystore.fetch.reader import RangeReader
 from npystore.fetch.remote import BUDGET_OPTION
-from npystore.fetch.s3 import is_s3
+from npystore.fetch.s3 import S3Ranges, is_s3
 
 __all__ = [
     "OPEN_CONCURRENCY",
@@ -55,6 +56,8 @@ __all__ = [
     "natural_key",
     "open_all",
 ]
+
+_log = logging.getLogger(__name__)
 
 #: Opening requests in flight at once (S3 GETs on the event loop, or threads elsewhere).
 OPEN_CONCURRENCY: Final = 64
@@ -365,18 +368,31 @@ async def _open_s3(
     """Open S3 objects, each with its first ``count`` bytes (the last ``-count`` if
     negative), at most ``concurrency`` opening GETs in flight."""
     sem = asyncio.Semaphore(max(1, concurrency))
+    signed = await _signed_urls(fs, objects) if any(c > 0 for c in counts) else None
 
-    async def one(obj: Located, count: int) -> RangeReader:
+    async def one(obj: Located, count: int, url: s3direct.SignedUrl | None) -> RangeReader:
         async with sem:
-            opened, got = await opening.s3_opening(fs, obj.path, obj.url, count, budget)
+            direct = await _direct_open(url, count) if url is not None and count > 0 else None
+            if direct is None:
+                url = None
+                opened, got = await opening.s3_opening(fs, obj.path, obj.url, count, budget)
+            else:
+                opened, got = direct
         if on_open is not None:
             on_open(1)
         identity = ObjectIdentity.from_info(obj.url, opened)
         if count < 0:
             return RangeReader(fs, obj.path, identity, tail=got, budget=budget)
-        return RangeReader(fs, obj.path, identity, head=got, budget=budget)
+        reader = RangeReader(fs, obj.path, identity, head=got, budget=budget)
+        transport = reader.transport
+        if url is not None and isinstance(transport, S3Ranges) and not opened.get("VersionId"):
+            transport.use_signed(url)  # the URL of the opening serves the reads too
+        return reader
 
-    tasks = [asyncio.ensure_future(one(o, c)) for o, c in zip(objects, counts, strict=True)]
+    urls = signed or [None] * len(objects)
+    tasks = [
+        asyncio.ensure_future(one(o, c, u)) for o, c, u in zip(objects, counts, urls, strict=True)
+    ]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     finally:
@@ -387,3 +403,55 @@ async def _open_s3(
         if not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
     return [task.result() for task in tasks]
+
+
+async def _signed_urls(
+    fs: Any, objects: Sequence[Located]
+) -> list[s3direct.SignedUrl | None] | None:
+    """Presigned URLs for the opening GETs (:func:`npystore.fetch.s3direct.direct_urls`),
+    one per object (None for an object named with a version); None: botocore opens all."""
+    by_bucket: dict[str, list[int]] = {}
+    keys: list[str] = []
+    for k, obj in enumerate(objects):
+        bucket, key, version = fs.split_path(obj.path)
+        keys.append(key)
+        if not version:
+            by_bucket.setdefault(bucket, []).append(k)
+    out: list[s3direct.SignedUrl | None] = [None] * len(objects)
+    for bucket, ks in by_bucket.items():
+        try:
+            got = await s3direct.direct_urls(fs, bucket, [keys[k] for k in ks])
+        except Exception as exc:  # any failure to presign: botocore opens these objects
+            _log.debug("%s: no presigned URLs, opening through botocore: %r", bucket, exc)
+            got = None
+        if got is None:
+            continue
+        for k, url in zip(ks, got, strict=True):
+            out[k] = url
+    return out
+
+
+async def _direct_open(
+    signed: s3direct.SignedUrl, count: int
+) -> tuple[dict[str, Any], bytes] | None:
+    """The identity (as an ``info`` dict) and first ``count`` bytes of an object from one
+    direct GET; None when that path cannot answer (any error, an answer without ETag or
+    total size): the caller opens the object through botocore, whose retries and error
+    messages are the reference."""
+    seen: dict[str, str | None] = {}
+
+    def check(etag: str | None, version: str | None, content_range: str) -> None:
+        seen.update(etag=etag, version=version)
+
+    try:
+        content_range, data = await s3direct.direct_get(signed, 0, count, check=check)
+    except Exception as exc:  # botocore opens it: its retries, its errors
+        _log.debug("%s: direct opening GET failed (%r), opening through botocore", signed, exc)
+        return None
+    match = opening.CONTENT_RANGE.fullmatch(content_range)
+    if match is None or match.group(3) == "*" or int(match.group(1)) != 0 or not seen.get("etag"):
+        return None
+    size = int(match.group(3))
+    if len(data) != min(count, size):
+        return None
+    return {"size": size, "ETag": seen["etag"], "VersionId": seen.get("version")}, bytes(data)
