@@ -355,3 +355,23 @@ def test_s3_opening_requests_go_direct_for_odd_keys(s3, tmp_path: Path) -> None:
         got = npystore.open_npy(urls, storage_options=s3.storage_options).compute()
     np.testing.assert_array_equal(got, np.concatenate(xs))
     assert m.errors == 0
+
+
+def test_xarray_dataset_of_many_files(tmp_path: Path) -> None:
+    xr = pytest.importorskip("xarray")
+    xs = _shards(tmp_path, [3, 4, 3, 2, 2, 2, 2, 2, 2, 2, 5])  # emb_0 ... emb_10
+    ds = xr.open_dataset(str(tmp_path / "emb_*.npy"), engine="npystore", chunks={})
+    assert ds["data"].dims == ("dim_0", "dim_1")
+    assert ds["data"].chunks[0] == (3, 4, 3, 2, 2, 2, 2, 2, 2, 2, 5)
+    np.testing.assert_array_equal(ds["data"].values, np.concatenate(xs))
+    named = xr.open_dataset(str(tmp_path), engine="npystore", dims={"data": ["row", "col"]})
+    np.testing.assert_array_equal(named["data"][5:9, 1].values, np.concatenate(xs)[5:9, 1])
+    # many .npz files with open_mfdataset: only the variables along the concatenated
+    # dimension are joined, the others taken from the first file
+    for i, x in enumerate(xs[:3]):
+        np.savez(tmp_path / f"z_{i}.npz", x=x, label=np.arange(2))
+    paths = [str(tmp_path / f"z_{i}.npz") for i in range(3)]
+    m = xr.open_mfdataset(paths, engine="npystore", combine="nested", concat_dim="x_dim_0",
+                          data_vars="minimal", coords="minimal", compat="override")  # fmt: skip
+    assert m["label"].dims == ("label_dim_0",)
+    np.testing.assert_array_equal(m["x"].values, np.concatenate(xs[:3]))
