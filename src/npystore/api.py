@@ -362,8 +362,8 @@ def _open_one(url: Source, storage_options: StorageOptions, **kwargs: Any) -> Ra
 def _many(url: Any, storage_options: StorageOptions) -> Any:
     """``url`` if it names many ``.npy`` files (a list, a glob, a folder, a manifest), else
     None. A folder named without a trailing ``/`` is found by asking (one request)."""
-    from npystore.faces.many import is_manifest_url  # noqa: PLC0415
     from npystore.fetch.many import is_folder, is_many  # noqa: PLC0415
+    from npystore.files.many import is_manifest_url  # noqa: PLC0415
 
     if is_many(url) or is_manifest_url(url):
         return url
@@ -384,7 +384,7 @@ def _sharded(
 ) -> Any:
     """The :class:`~npystore.read.shards.ShardedArray` of many files or of a manifest,
     a progress bar drawn while a long list opens (on a terminal)."""
-    from npystore.faces.many import is_manifest_url, open_manifest, sharded_npy  # noqa: PLC0415
+    from npystore.files.many import is_manifest_url, open_manifest, sharded_npy  # noqa: PLC0415
     from npystore.tools.progress import CountProgress  # noqa: PLC0415
 
     if is_manifest_url(url):

@@ -1,206 +1,71 @@
-"""Datasets of many files as one lazy array: ``.npy`` shards (a list, a glob, a
-``to_npy_stack`` folder, a manifest), or one member of many ``.npz`` archives, one variable of
-many MAT-files.
+"""Datasets of many files as one lazy array: the dask face of ``.npy`` shards (a list, a glob,
+a ``to_npy_stack`` folder, a manifest), one member of many ``.npz`` archives, one variable of
+many MAT-files, manifests and kerchunk references of a dataset.
 
-The files are named by :func:`npystore.fetch.many.expand` (natural order for globs and
-folders) and opened together by :func:`npystore.fetch.many.open_all` (every opening request
-in flight at once); their headers become :class:`~npystore.read.access.LayoutArray` shards,
-checked against the first (same dtype; same shape but along ``axis``, or the same shape when
-stacked), and a :class:`~npystore.read.shards.ShardedArray` joins them.
+The files are opened, checked and joined by :mod:`npystore.files.many` into a
+:class:`~npystore.read.shards.ShardedArray`. The dask array (:func:`sharded_dask`) has chunks
+that never span two files: each shard is chunked on its own (``"auto"``: contiguous chunks
+of about dask's ``array.chunk-size``, a large shard split along its slowest axis; an int or a
+dict: per shard; explicit sizes: cut again at every shard boundary). It is one
+``from_array`` layer over the :class:`~npystore.read.shards.ShardedArray`, stored once in the
+graph: a task is a getter and its slices (about 80 bytes pickled), a file is its path,
+identity and layout, once.
 
-The dask array (:func:`sharded_dask`) has chunks that never span two files: each shard is
-chunked on its own (``"auto"``: contiguous chunks of about dask's ``array.chunk-size``, a
-large shard split along its slowest axis; an int or a dict: per shard; explicit sizes: cut
-again at every shard boundary). It is one ``from_array`` layer over the
-:class:`~npystore.read.shards.ShardedArray`, stored once in the graph: a task is a getter and
-its slices (about 80 bytes pickled), a file is its reader (URL, identity) and layout, once.
-
-Manifests (:func:`to_manifest`, :func:`open_manifest`) keep what the opening learned (URLs,
-header offsets, shapes, identities) so a later open makes no request per shard; readers made
-from one are pinned to the recorded identities, so a shard replaced since is a
-:class:`~npystore.errors.ConsistencyError` on its first read. :func:`dataset_kerchunk` writes
-kerchunk references of the whole dataset where a regular chunk grid exists.
+:func:`to_manifest` writes npystore's own manifest (any dataset);
+:func:`dataset_kerchunk` writes kerchunk references of the whole dataset where a regular
+chunk grid exists, with the manifest beside them.
 """
 
 from __future__ import annotations
 
 import base64
-import dataclasses
 import hashlib
 import itertools
 import json
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Final, Literal
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from npystore.errors import FormatError, UnsupportedError
+from npystore.errors import UnsupportedError
 from npystore.faces.dask import DEFAULT_MAX_CHUNKS, ChunksSpec
-from npystore.fetch import ObjectIdentity, RangeReader
-from npystore.fetch.many import OnOpen, expand, open_all
-from npystore.fetch.opening import filesystem
-from npystore.fetch.remote import BUDGET_OPTION, budget_from
-from npystore.files.npy import open_layout_array, read_prefix
+from npystore.fetch import RangeReader
+from npystore.fetch.many import expand, open_all
+from npystore.files.many import (
+    is_manifest_url,
+    join_shards,
+    manifest_dict,
+    open_manifest,
+    parallel_map,
+    raw_extents,
+    sharded_npy,
+)
+from npystore.files.npy import read_prefix
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
-from npystore.formats.stackinfo import parse_stack_info
 from npystore.read.access import LayoutArray
-from npystore.read.layout import ArrayLayout, RawExtent, Unpickle, contiguous_chunks
+from npystore.read.layout import ArrayLayout, contiguous_chunks
 from npystore.read.shards import ShardedArray
 
 if TYPE_CHECKING:
     import dask.array as da
 
 __all__ = [
-    "MANIFEST_FORMAT",
+    "ManyFiles",
     "dataset_kerchunk",
     "is_manifest_url",
-    "join_shards",
     "open_manifest",
+    "open_mat_many",
+    "open_npz_many",
+    "shard_chunks",
     "sharded_dask",
     "sharded_npy",
     "to_manifest",
 ]
 
-#: The ``format`` value of npystore's own manifests (see :func:`to_manifest`).
-MANIFEST_FORMAT: Final = "npystore-manifest"
-MANIFEST_VERSION: Final = 1
-#: Bytes read with each shard's identity on S3: the header of any ``.npy`` file npystore
-#: writes or numpy writes for a plain dtype (128), and room for long structured headers.
-SHARD_HEAD: Final = 4096
 #: Largest edge (last, shorter) shard inlined, zero-padded, into kerchunk references (Zarr
 #: wants every chunk full-sized).
 EDGE_INLINE_MAX: Final = 4 * 2**20
-
-
-# -- opening -------------------------------------------------------------------------------
-
-
-def _map(fn: Callable[[Any], Any], items: Sequence[Any], threads: bool) -> list[Any]:
-    """``fn`` over ``items``: in a thread pool when the work may wait on the network."""
-    if not threads or len(items) < 2:
-        return [fn(x) for x in items]
-    with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
-        return list(pool.map(fn, items))
-
-
-def _axis(axis: int, ndim: int, stack: bool, where: str) -> int:
-    top = ndim + 1 if stack else ndim
-    if not -top <= axis < top:
-        raise ValueError(f"{where}: axis {axis} is out of bounds for {top} dimensions")
-    return axis % top
-
-
-def join_shards(
-    shards: Sequence[LayoutArray], *, axis: int, stack: bool, where: str
-) -> ShardedArray:
-    """The shards checked against the first one and joined.
-
-    Raises
-    ------
-    FormatError
-        A shard whose dtype differs from the first's, or whose shape does not fit (the
-        message names the first such file, and the first file).
-    ValueError
-        ``axis`` out of bounds; 0-d shards to concatenate.
-    """
-    first = shards[0]
-    if not stack and first.ndim == 0:
-        raise ValueError(
-            f"{first.source}: 0-d arrays cannot be concatenated; pass stack=True to stack "
-            f"them along a new axis"
-        )
-    axis = _axis(axis, first.ndim, stack, where)
-    dtype = first.dtype
-    for shard in shards[1:]:
-        if shard.dtype != dtype:
-            raise FormatError(
-                f"{shard.source}: dtype {shard.dtype.str if not shard.dtype.names else shard.dtype}"
-                f" differs from {dtype.str if not dtype.names else dtype} of {first.source}, the "
-                f"first file; every file of a dataset must have the same dtype"
-            )
-        ok = (
-            shard.shape == first.shape
-            if stack
-            else len(shard.shape) == len(first.shape)
-            and all(a == b for i, (a, b) in enumerate(zip(shard.shape, first.shape, strict=True))
-                    if i != axis)
-        )  # fmt: skip
-        if not ok:
-            rule = "the same shape" if stack else f"the same shape except along axis {axis}"
-            raise FormatError(
-                f"{shard.source}: shape {shard.shape} does not fit shape {first.shape} of "
-                f"{first.source}, the first file; every file must have {rule}"
-            )
-    # one dtype object for all: a pickle of the array holds it once
-    same = [
-        s
-        if s.layout.dtype is dtype
-        else LayoutArray(s.reader, dataclasses.replace(s.layout, dtype=dtype), source=s.source)
-        for s in shards
-    ]
-    return ShardedArray(same, axis, stack)
-
-
-def sharded_npy(
-    urls: Any,
-    *,
-    axis: int | None = None,
-    stack: bool = False,
-    storage_options: Mapping[str, Any] | None = None,
-    allow_pickle: bool = False,
-    max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
-    unpickle: Unpickle = Unpickle(),  # noqa: B008 - frozen
-    head: int = SHARD_HEAD,
-    whole: int = 0,
-    data_from_head: bool = False,
-    on_open: OnOpen | None = None,
-    on_count: Callable[[int], OnOpen | None] | None = None,
-) -> ShardedArray:
-    """The ``.npy`` files ``urls`` names (a list, a glob, a folder) as one
-    :class:`~npystore.read.shards.ShardedArray` (see the module doc).
-
-    ``axis=None`` is 0, or the axis a ``to_npy_stack`` folder's ``info`` names. ``head``:
-    bytes read with each S3 object's identity, ``whole``: objects the listing found at most
-    this large are read whole instead (``data_from_head``: an eager read right after may
-    take data from them). ``on_count(n)``, told how many files there are before they are
-    opened, may return the ``on_open`` callback (a progress bar for long lists).
-    """
-    expanded = expand(urls, storage_options, suffixes=(".npy",))
-    where = expanded.pattern or f"{len(expanded.objects)} files"
-    if expanded.stack_info is not None:
-        info = parse_stack_info(expanded.stack_info, f"{where}: info")
-        if info.axis is not None and not stack:
-            if axis is not None and axis != info.axis:
-                raise ValueError(
-                    f"{where}: a dask to_npy_stack folder written along axis {info.axis} (its "
-                    f"info file says so), not axis {axis}; leave axis out"
-                )
-            axis = info.axis
-    if on_count is not None:
-        on_open = on_count(len(expanded.objects)) or on_open
-    readers = open_all(expanded.objects, storage_options, head=head, whole=whole, on_open=on_open)
-    remote = not readers[0].local
-
-    def header(reader: RangeReader) -> LayoutArray:
-        reader.data_from_head = data_from_head
-        return open_layout_array(
-            reader, read_prefix(reader), allow_pickle, max_header_size, unpickle
-        )
-
-    shards = _map(header, readers, remote)
-    joined = join_shards(shards, axis=axis or 0, stack=stack, where=where)
-    if expanded.stack_info is not None and not stack:
-        info = parse_stack_info(expanded.stack_info, f"{where}: info")
-        lengths = tuple(s.shape[joined.axis] for s in joined.shards)
-        if info.chunks is not None and info.chunks[joined.axis] != lengths:
-            raise FormatError(
-                f"{where}: the info file says the blocks along axis {joined.axis} are "
-                f"{info.chunks[joined.axis]}, the .npy files hold {lengths}; the folder is "
-                f"not what to_npy_stack wrote (a file was replaced or removed)"
-            )
-    return joined
 
 
 # -- the dask array ------------------------------------------------------------------------
@@ -314,51 +179,6 @@ def sharded_dask(
 # -- manifests -----------------------------------------------------------------------------
 
 
-def is_manifest_url(url: object) -> bool:
-    """Whether ``url`` names a manifest by its form: a string ending in ``.json``."""
-    return isinstance(url, str) and url.lower().endswith(".json")
-
-
-def _raw(array: ShardedArray, what: str) -> list[RawExtent]:
-    extents = []
-    for shard in array.shards:
-        storage = shard.layout.storage
-        if not isinstance(storage, RawExtent) or storage.crc is not None:
-            raise UnsupportedError(
-                f"{shard.source}: {what} records .npy files whose data is one byte range; "
-                f"this one is {type(storage).__name__}"
-            )
-        if shard.reader.source is not None:
-            raise UnsupportedError(f"{shard.source}: {what} names files by URL")
-        extents.append(storage)
-    return extents
-
-
-def manifest_dict(array: ShardedArray) -> dict[str, Any]:
-    """npystore's own manifest of a dataset of ``.npy`` files (see :func:`to_manifest`)."""
-    extents = _raw(array, "a manifest")
-    dtype = array.dtype
-    return {
-        "format": MANIFEST_FORMAT,
-        "version": MANIFEST_VERSION,
-        "axis": array.axis,
-        "stack": array.stack,
-        "dtype": dtype.descr if dtype.names else dtype.str,
-        "shape": list(array.shape),
-        "shards": [
-            {
-                "url": shard.reader.fs.unstrip_protocol(shard.reader.path),
-                "offset": extent.offset,
-                "shape": list(shard.shape),
-                "order": shard.layout.order,
-                "size": shard.reader.identity.size,
-                "identity": dict(shard.reader.identity.fields),
-            }
-            for shard, extent in zip(array.shards, extents, strict=True)
-        ],
-    }
-
-
 def to_manifest(
     urls: Any,
     out: str | None = None,
@@ -422,79 +242,6 @@ def to_manifest(
     return manifest
 
 
-def _read_json(url: str, storage_options: Mapping[str, Any] | None) -> Any:
-    from npystore.fetch import open_reader  # noqa: PLC0415
-
-    reader = open_reader(url, storage_options, head=1)
-    try:
-        return json.loads(reader.read(0, reader.size))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"{url}: not a JSON manifest ({exc})") from exc
-
-
-def open_manifest(
-    url: str | Mapping[str, Any], storage_options: Mapping[str, Any] | None = None
-) -> ShardedArray:
-    """The dataset a manifest describes (npystore's own, or kerchunk references made by
-    :func:`dataset_kerchunk`), with no request per shard: each shard's reader is pinned to
-    the identity recorded, and checked on every read.
-
-    Raises
-    ------
-    FormatError
-        Not a manifest of either kind, or an inconsistent one.
-    """
-    doc = _read_json(url, storage_options) if isinstance(url, str) else url
-    where = url if isinstance(url, str) else "manifest"
-    if isinstance(doc, Mapping) and isinstance(doc.get("npystore"), Mapping):
-        doc = doc["npystore"]  # kerchunk references carry npystore's manifest beside them
-    if not isinstance(doc, Mapping) or doc.get("format") != MANIFEST_FORMAT:
-        raise FormatError(
-            f'{where}: not an npystore manifest (no "format": "{MANIFEST_FORMAT}"); '
-            f"kerchunk references without one open with xarray's engine='kerchunk'"
-        )
-    if doc.get("version") != MANIFEST_VERSION:
-        raise UnsupportedError(f"{where}: manifest version {doc.get('version')!r} is not 1")
-    try:
-        descr = doc["dtype"]
-        dtype = np.dtype([tuple(f) for f in descr] if isinstance(descr, list) else descr)
-        options = dict(storage_options or {})
-        budget = budget_from(options.pop(BUDGET_OPTION, None))
-        shards = []
-        fs_of: dict[str, Any] = {}
-        for entry in doc["shards"]:
-            shard_url = str(entry["url"])
-            protocol = shard_url.split("://", 1)[0] if "://" in shard_url else ""
-            fs = fs_of.get(protocol)
-            if fs is None:
-                fs, path = filesystem(shard_url, options)
-                fs_of[protocol] = fs
-            else:
-                path = fs._strip_protocol(shard_url)
-            name = path if protocol in ("", "file") else fs.unstrip_protocol(path)
-            fields = tuple((str(k), str(v)) for k, v in dict(entry["identity"]).items())
-            identity = ObjectIdentity(name, int(entry["size"]), fields)
-            shape = tuple(int(n) for n in entry["shape"])
-            order: Literal["C", "F"] = "F" if entry.get("order") == "F" else "C"
-            offset = int(entry["offset"])
-            extent = RawExtent(offset, math.prod(shape) * dtype.itemsize)
-            if offset < 0 or extent.offset + extent.nbytes > identity.size:
-                raise FormatError(
-                    f"{where}: shard {name}: data [{offset}, {offset + extent.nbytes}) lies "
-                    f"outside its {identity.size} bytes"
-                )
-            reader = RangeReader(fs, path, identity, budget=budget)
-            shards.append(LayoutArray(reader, ArrayLayout(dtype, shape, order, extent)))
-        axis, stack = int(doc["axis"]), bool(doc["stack"])
-    except (KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, FormatError):
-            raise
-        raise FormatError(f"{where}: a malformed npystore manifest ({exc!r})") from exc
-    if not shards:
-        raise FormatError(f"{where}: the manifest lists no shard")
-    return join_shards(shards, axis=axis, stack=stack, where=where)
-
-
 # -- kerchunk references of a dataset ------------------------------------------------------
 
 
@@ -542,7 +289,7 @@ def dataset_kerchunk(
         max_header_size=max_header_size,
     )  # fmt: skip
     where = urls if isinstance(urls, str) else f"{len(array.shards)} files"
-    extents = _raw(array, "kerchunk references")
+    extents = raw_extents(array, "kerchunk references")
     length = _grid_chunk(array)
     orders = {s.layout.order for s in array.shards if sum(n > 1 for n in s.shape) > 1}
     if length is None or len(orders) > 1:
@@ -650,7 +397,9 @@ class ManyFiles(Mapping[str, Any]):
     def array(self, key: str) -> ShardedArray:
         """Every file's ``key`` joined, as a lazy numpy-like array (each file's headers read
         together)."""
-        shards = _map(lambda k: self._shard(k, key), list(range(len(self.opened))), self._remote)
+        shards = parallel_map(
+            lambda k: self._shard(k, key), list(range(len(self.opened))), self._remote
+        )
         return join_shards(
             shards, axis=self._axis or 0, stack=self._stack, where=f"{self._where}: {key!r}"
         )
@@ -711,7 +460,7 @@ def open_npz_many(
 
     where, readers = _opened(urls, storage_options, ".npz", head=0, tail=OPEN_TAIL)
     remote = not readers[0].local
-    npzs = _map(
+    npzs = parallel_map(
         lambda r: npz_from_reader(r, chunks=chunks, max_chunks=max_chunks, **npz_options),
         readers,
         remote,
@@ -740,7 +489,7 @@ def open_mat_many(
 
     where, readers = _opened(urls, storage_options, ".mat", head=MAT_OPEN_HEAD)
     remote = not readers[0].local
-    mats = _map(
+    mats = parallel_map(
         lambda r: mat_from_reader(
             r, read_prefix(r), chunks=chunks, max_chunks=max_chunks, **mat_options
         ),

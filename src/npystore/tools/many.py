@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from npystore.faces.many import sharded_dask, sharded_npy
+from npystore.faces.many import sharded_dask
 from npystore.fetch.many import is_folder, is_many
+from npystore.files.many import sharded_npy
 from npystore.tools.progress import CountProgress, format_size
 
 __all__ = ["convert_dataset", "dataset_info", "names_dataset", "print_dataset_info"]

@@ -18,7 +18,8 @@ import xarray as xr
 from xarray.backends import BackendArray
 from xarray.core import indexing
 
-from npystore.faces.many import shard_chunks, sharded_npy
+from npystore.faces.many import shard_chunks
+from npystore.files.many import sharded_npy
 from npystore.read.shards import ShardedArray
 
 __all__ = ["ShardedBackendArray", "sharded_dataset"]
