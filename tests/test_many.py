@@ -189,7 +189,7 @@ def test_many_tiny_shards_keep_the_graph_small(tmp_path: Path) -> None:
     per_file = len(pickle.dumps(array)) / n
     per_task = (total - len(pickle.dumps(array))) / n
     assert per_task <= 100, per_task  # the getter and its slices
-    assert per_file <= 200, per_file  # the path, its identity, its layout: once per file
+    assert per_file <= 300, per_file  # the path, its identity, its layout: once per file
     np.testing.assert_array_equal(a[2 * 9_999 :].compute(), [9_999, -9_999])
     np.testing.assert_array_equal(a[::5_000].compute(), [0, 2_500, 5_000, 7_500])
 
