@@ -375,3 +375,32 @@ def test_xarray_dataset_of_many_files(tmp_path: Path) -> None:
                           data_vars="minimal", coords="minimal", compat="override")  # fmt: skip
     assert m["label"].dims == ("label_dim_0",)
     np.testing.assert_array_equal(m["x"].values, np.concatenate(xs[:3]))
+
+
+def test_question_marks_and_brackets_alone_name_one_file(tmp_path: Path) -> None:
+    np.save(tmp_path / "a[1].npy", np.arange(3))
+    np.save(tmp_path / "a1.npy", np.arange(5))
+    assert npystore.open_npy(str(tmp_path / "a[1].npy")).shape == (3,)  # a name, not a class
+    assert npystore.open_npy(str(tmp_path / "a*.npy")).shape == (8,)
+
+
+def test_count_progress_draws_on_a_terminal_only() -> None:
+    import io
+
+    from npystore.tools.progress import CountProgress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    pytest.importorskip("tqdm")
+    out = Tty()
+    with CountProgress("open files", minimum=10, file=out) as progress:
+        assert progress.start(5) is None  # too few to be worth a bar
+        done = progress.start(20)
+        assert done is not None
+        for _ in range(20):
+            done(1)
+    assert "open files" in out.getvalue()
+    assert "20/20" in out.getvalue()
+    assert CountProgress("x", minimum=1, file=io.StringIO()).start(100) is None  # no terminal

@@ -5,7 +5,8 @@ of them opened together (part of the fetch layer).
 order the dataset has them:
 
 - a list or tuple of URLs: each as it is, in the list's order;
-- a glob (``*``, ``?``, ``[...]``, ``**`` across folders): one listing per prefix (fsspec's
+- a glob (a pattern with ``*``, ``**`` across folders; ``?`` and ``[...]`` too once a ``*``
+  makes it a pattern): one listing per prefix (fsspec's
   ``glob``, which lists the prefix before the first wildcard once, paginated), the matches
   in *natural* order (``emb_2`` before ``emb_10``, :func:`natural_key`);
 - a folder (a URL ending in ``/``, or one that names a directory): the files in it with the
@@ -37,6 +38,7 @@ from typing import Any, Final
 
 from fsspec.implementations.local import LocalFileSystem
 
+from npystore.errors import FormatError
 from npystore.fetch import opening, remote, s3direct
 from npystore.fetch.identity import ObjectIdentity
 from npystore.fetch.open import OPEN_HEAD, open_reader
@@ -67,7 +69,6 @@ STACK_INFO: Final = "info"
 #: 2-3 bytes per chunk).
 STACK_INFO_MAX: Final = 16 * 2**20
 
-_GLOB_CHARS: Final = frozenset("*?[")
 _DIGITS: Final = re.compile(r"(\d+)")
 _STACK_NAME: Final = re.compile(r"(\d+)\.npy")
 
@@ -124,8 +125,10 @@ def natural_key(name: str) -> tuple[Any, ...]:
 
 
 def has_magic(url: str) -> bool:
-    """Whether ``url`` is a glob pattern (``*``, ``?`` or ``[``)."""
-    return not _GLOB_CHARS.isdisjoint(url)
+    """Whether ``url`` is a glob pattern: it has a ``*`` (``?`` and ``[...]`` then match as
+    in fsspec's ``glob``). A ``?`` or ``[`` alone does not make a pattern: http URLs carry
+    queries, and object names may hold brackets."""
+    return "*" in url
 
 
 def is_many(url: object) -> bool:
@@ -258,7 +261,10 @@ def _folder(fs: Any, path: str, url: str, suffixes: tuple[str, ...]) -> Expanded
             )
         size = int(names[STACK_INFO].get("size") or 0)
         if size > STACK_INFO_MAX:
-            raise FileNotFoundError(errno.EFBIG, f"the info file is {size} bytes, not dask's", url)
+            raise FormatError(
+                f"{url}: the info file is {size} bytes, not the small pickle "
+                f"dask.array.to_npy_stack writes"
+            )
         info = fs.cat_file(str(names[STACK_INFO]["name"]))
         files = [f for _, f in numbered]
     else:
