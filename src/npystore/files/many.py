@@ -282,6 +282,8 @@ def open_manifest(
             if fs is None:
                 fs, path = filesystem(shard_url, options)
                 fs_of[protocol] = fs
+            elif protocol == "file" and "::" not in shard_url:
+                path = shard_url.removeprefix("file://")  # as the manifest recorded it
             else:
                 path = fs._strip_protocol(shard_url)
             name = path if protocol in ("", "file") else fs.unstrip_protocol(path)
