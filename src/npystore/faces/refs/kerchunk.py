@@ -119,6 +119,10 @@ def to_kerchunk(
     if is_many(url) or (isinstance(url, str) and is_folder(url, storage_options)):
         from npystore.faces.many import dataset_kerchunk  # noqa: PLC0415
 
+        if chunks is not None:
+            raise UnsupportedError(
+                "references of many files have one chunk per file: leave chunks out"
+            )
         return dataset_kerchunk(
             url, storage_options=storage_options, zarr_format=zarr_format,
             max_header_size=max_header_size,
