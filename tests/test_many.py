@@ -244,6 +244,7 @@ def test_s3_glob_opens_in_one_listing_and_one_get_per_file(s3) -> None:
         path = Path(os.environ.get("TMPDIR", "/tmp")) / f"npystore_many_{os.getpid()}.npy"
         np.save(path, x)
         s3.put_file(path, f"emb/part_{i}.npy")
+    opts = s3.storage_options
     with s3.counter.measure() as m:
         a = npystore.open_npy(s3.url("emb/*.npy"), storage_options=s3.storage_options)
     assert m.by_operation.get("ListObjectsV2", 0) == 1
@@ -254,11 +255,19 @@ def test_s3_glob_opens_in_one_listing_and_one_get_per_file(s3) -> None:
         got = npystore.load(s3.url("emb/"), storage_options=s3.storage_options)
     np.testing.assert_array_equal(got, np.concatenate(xs))
     assert m.gets == 12  # small files: data in the opening answer
+    # a manifest on S3: one GET reopens the dataset
+    npystore.to_manifest(s3.url("emb/*.npy"), s3.url("emb.json"), storage_options=opts)
+    with s3.counter.measure() as m:
+        c = npystore.open_npy(s3.url("emb.json"), storage_options=opts)
+    assert m.gets == 1
+    np.testing.assert_array_equal(c.compute(), np.concatenate(xs))
     # the folder without its trailing "/", and a replaced object
     b = npystore.open_npy(s3.url("emb"), storage_options=s3.storage_options)
     s3.put_bytes(b"\x93NUMPY replaced", "emb/part_3.npy")
     with pytest.raises(ConsistencyError):
         b.compute()
+    with pytest.raises(ConsistencyError):  # the manifest's identity too
+        c.compute()
     with pytest.raises(FileNotFoundError, match="no file matches"):
         npystore.open_npy(s3.url("emb/x_*.npy"), storage_options=s3.storage_options)
 

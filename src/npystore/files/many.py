@@ -56,6 +56,11 @@ MANIFEST_VERSION: Final = 1
 #: Bytes read with each shard's identity on S3: the header of any ``.npy`` file npystore
 #: writes or numpy writes for a plain dtype (128), and room for long structured headers.
 SHARD_HEAD: Final = 4096
+#: Bytes of a manifest read by its opening request on S3 (a manifest of 10,000 files is
+#: about 2.5 MB): the whole manifest in one GET.
+MANIFEST_HEAD: Final = 64 * 2**20
+#: Largest manifest read (about a million files).
+MANIFEST_MAX: Final = 1 << 30
 
 
 # -- opening -------------------------------------------------------------------------------
@@ -238,7 +243,12 @@ def manifest_dict(array: ShardedArray) -> dict[str, Any]:
 def _read_json(url: str, storage_options: Mapping[str, Any] | None) -> Any:
     from npystore.fetch import open_reader  # noqa: PLC0415
 
-    reader = open_reader(url, storage_options, head=1)
+    reader = open_reader(url, storage_options, head=MANIFEST_HEAD)  # S3: one GET for it all
+    if reader.size > MANIFEST_MAX:
+        raise FormatError(
+            f"{url}: {reader.size} bytes, more than a manifest of a million files "
+            f"({MANIFEST_MAX} bytes); not a manifest"
+        )
     try:
         return json.loads(reader.read(0, reader.size))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
