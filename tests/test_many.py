@@ -270,6 +270,13 @@ def test_s3_glob_opens_in_one_listing_and_one_get_per_file(s3) -> None:
         c.compute()
     with pytest.raises(FileNotFoundError, match="no file matches"):
         npystore.open_npy(s3.url("emb/x_*.npy"), storage_options=s3.storage_options)
+    # save_stack to S3, read back by npystore (and its info as dask wrote it)
+    y = da.from_array(np.arange(40, dtype="<i4").reshape(10, 4), chunks=(3, 4))
+    npystore.save_stack(s3.url("stack"), y, storage_options=opts)
+    assert sorted(k.rsplit("/", 1)[-1] for k in s3.fs.ls(f"{s3.bucket}/stack")) == [
+        "0.npy", "1.npy", "2.npy", "3.npy", "info",
+    ]  # fmt: skip
+    np.testing.assert_array_equal(npystore.load(s3.url("stack/"), storage_options=opts), y)
 
 
 def test_npz_member_and_mat_variable_across_files(tmp_path: Path) -> None:
