@@ -371,6 +371,17 @@ def test_s3_opening_requests_go_direct_for_odd_keys(s3, tmp_path: Path) -> None:
         got = npystore.open_npy(urls, storage_options=s3.storage_options).compute()
     np.testing.assert_array_equal(got, np.concatenate(xs))
     assert m.errors == 0
+    # the same keys found by a glob (one listing, its keys decoded)
+    with s3.counter.measure() as m:
+        found = npystore.open_npy(s3.url("odd dir/*.npy"), storage_options=s3.storage_options)
+    assert m.by_operation.get("ListObjectsV2", 0) == 1
+    from npystore.fetch.many import _s3_glob
+
+    listed = _s3_glob(s3.fs, f"{s3.bucket}/odd dir/*.npy")  # listed over the direct session
+    assert listed is not None
+    assert sorted(listed) == sorted(f"{s3.bucket}/{k}" for k in keys)
+    order = sorted(range(3), key=lambda i: natural_key(f"{s3.bucket}/{keys[i]}"))
+    np.testing.assert_array_equal(found.compute(), np.concatenate([xs[i] for i in order]))
 
 
 def test_xarray_dataset_of_many_files(tmp_path: Path) -> None:

@@ -217,7 +217,9 @@ def expand(
 
 
 def _glob(fs: Any, path: str, url: str) -> list[Located]:
-    found = fs.glob(path, detail=True)
+    found = _s3_glob(fs, path) if is_s3(fs) else None
+    if found is None:
+        found = fs.glob(path, detail=True)
     files = [p for p, info in found.items() if info.get("type", "file") != "directory"]
     if not files:
         raise FileNotFoundError(
@@ -227,6 +229,32 @@ def _glob(fs: Any, path: str, url: str) -> list[Located]:
             url,
         )
     return [_located(fs, p, found[p]) for p in sorted(files, key=natural_key)]
+
+
+def _s3_glob(fs: Any, path: str) -> dict[str, dict[str, Any]] | None:
+    """``fs.glob(path, detail=True)`` of an S3 glob by one listing of the literal prefix
+    before the first wildcard over the direct session (:func:`npystore.fetch.s3direct.
+    direct_list`), matched with fsspec's own glob pattern; None: s3fs lists it."""
+    from fsspec.asyn import sync  # noqa: PLC0415 - async filesystems only
+    from fsspec.utils import glob_translate  # noqa: PLC0415
+
+    bucket, _, pattern = path.partition("/")
+    first = min((i for i, c in enumerate(pattern) if c in "*?["), default=-1)
+    if not pattern or first < 0 or any(c in bucket for c in "*?["):
+        return None
+    try:
+        listed = sync(fs.loop, s3direct.direct_list, fs, bucket, pattern[:first])
+    except Exception as exc:  # s3fs lists it: its errors, its retries
+        _log.debug("%s: direct listing failed (%r), listing through s3fs", path, exc)
+        return None
+    if listed is None:
+        return None
+    match = re.compile(glob_translate(path)).match
+    return {
+        f"{bucket}/{key}": {"name": f"{bucket}/{key}", "size": size, "type": "file"}
+        for key, size in listed
+        if not key.endswith("/") and match(f"{bucket}/{key}")
+    }
 
 
 def _folder(fs: Any, path: str, url: str, suffixes: tuple[str, ...]) -> Expanded:

@@ -70,6 +70,7 @@ __all__ = [
     "direct_connections",
     "direct_enabled",
     "direct_get",
+    "direct_list",
     "direct_urls",
     "direct_url",
     "env_proxy",
@@ -542,3 +543,89 @@ class QuerySigner:
 def _encode(text: str) -> str:
     """Percent-encoding of SigV4 query parameters (botocore's ``percent_encode``)."""
     return quote(text, safe="-_.~")
+
+
+#: The S3 API's XML namespace.
+_S3_NS: Final = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+
+
+async def direct_list(fs: Any, bucket: str, prefix: str) -> list[tuple[str, int]] | None:
+    """``(key, size)`` of every object of ``bucket`` whose key starts with ``prefix``:
+    presigned ``ListObjectsV2`` GETs (1,000 keys a page) on the direct session, their XML
+    parsed by ElementTree. botocore's parse of a page costs ~0.25 s of CPU (a date parsed for
+    every key); this one ~10 ms. None when the direct path does not apply or a page is not
+    answered with data (the caller lists through s3fs).
+    """
+    from urllib.parse import unquote_plus  # noqa: PLC0415
+    from xml.etree import ElementTree  # noqa: PLC0415
+
+    from botocore.awsrequest import AWSRequest  # noqa: PLC0415 - s3fs's own dependency
+
+    signed = await direct_url(fs, bucket, prefix or "_", None)  # the session's settings
+    if signed is None:
+        return None
+    client = await fs.get_s3(bucket)
+    session = await _session(signed)
+    out: list[tuple[str, int]] = []
+    token: str | None = None
+    while True:
+        params = {"Bucket": bucket, "Prefix": prefix, "EncodingType": "url"}
+        if token:
+            params["ContinuationToken"] = token
+        url = await client.generate_presigned_url(
+            "list_objects_v2", Params=params, ExpiresIn=URL_EXPIRES
+        )
+        request = AWSRequest(method="GET", url=url)
+        answers = await signed.events.emit("before-send.s3.ListObjectsV2", request=request)
+        if any(answer is not None for _, answer in answers):
+            return None  # a stub or a mock answers S3 requests: botocore's business
+        connect, read = signed.timeouts
+        try:
+            async with session.get(
+                url,
+                timeout=_client_timeout(connect, read),
+                proxy=signed.proxy,
+                proxy_auth=signed.proxy_auth,
+            ) as resp:
+                status = resp.status
+                body = await resp.read()
+        except Exception as exc:
+            await _emit_received(signed, "ListObjectsV2", None, exc)
+            raise
+        await _emit_received(
+            signed, "ListObjectsV2", {"status_code": status, "headers": {}, "body": b""}, None
+        )
+        if status != 200:
+            return None
+        root = ElementTree.fromstring(body)
+        encoded = (root.findtext(f"{_S3_NS}EncodingType") or "").lower() == "url"
+        for item in root.iter(f"{_S3_NS}Contents"):
+            key = item.findtext(f"{_S3_NS}Key")
+            size = item.findtext(f"{_S3_NS}Size")
+            if key is None or size is None:
+                return None
+            out.append((unquote_plus(key) if encoded else key, int(size)))
+        if (root.findtext(f"{_S3_NS}IsTruncated") or "").lower() != "true":
+            return out
+        token = root.findtext(f"{_S3_NS}NextContinuationToken")
+        if not token:
+            return None
+
+
+async def _emit_received(
+    signed: SignedUrl, operation: str, response: dict[str, Any] | None, exc: BaseException | None
+) -> None:
+    """Emit ``response-received.s3.<operation>`` as botocore does after each attempt."""
+    await signed.events.emit(
+        f"response-received.s3.{operation}",
+        response_dict=response,
+        parsed_response=None,
+        context={},
+        exception=exc,
+    )
+
+
+def _client_timeout(connect: float, read: float) -> Any:
+    import aiohttp  # noqa: PLC0415 - aiobotocore's dependency, present with s3fs
+
+    return aiohttp.ClientTimeout(sock_connect=connect, sock_read=read)
