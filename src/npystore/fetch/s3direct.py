@@ -559,12 +559,20 @@ async def direct_list(fs: Any, bucket: str, prefix: str) -> list[tuple[str, int]
     from urllib.parse import unquote_plus  # noqa: PLC0415
     from xml.etree import ElementTree  # noqa: PLC0415
 
+    from botocore import UNSIGNED  # noqa: PLC0415 - s3fs's own dependency
     from botocore.awsrequest import AWSRequest  # noqa: PLC0415 - s3fs's own dependency
 
     signed = await direct_url(fs, bucket, prefix or "_", None)  # the session's settings
     if signed is None:
         return None
     client = await fs.get_s3(bucket)
+    signer = None
+    if client.meta.config.signature_version is not UNSIGNED:
+        credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
+        if credentials is None:
+            return None
+        frozen = await credentials.get_frozen_credentials()
+        signer = QuerySigner(frozen, client.meta.region_name, URL_EXPIRES)
     session = await _session(signed)
     out: list[tuple[str, int]] = []
     token: str | None = None
@@ -572,9 +580,21 @@ async def direct_list(fs: Any, bucket: str, prefix: str) -> list[tuple[str, int]
         params = {"Bucket": bucket, "Prefix": prefix, "EncodingType": "url"}
         if token:
             params["ContinuationToken"] = token
-        url = await client.generate_presigned_url(
+        made = await client.generate_presigned_url(
             "list_objects_v2", Params=params, ExpiresIn=URL_EXPIRES
         )
+        # botocore's endpoint and parameters, signed again with SigV4 (its presigned URL
+        # may be SigV2), every value encoded as SigV4 wants it ('/' too)
+        parts = urlsplit(made)
+        query = "&".join(
+            f"{_encode(k)}={_encode(v)}"
+            for k, v in parse_qsl(parts.query, keep_blank_values=True)
+            if k not in _AUTH_PARAMS
+        )
+        if signer is None:
+            url = urlunsplit(parts._replace(query=query))
+        else:
+            url = signer.sign(parts.scheme, parts.netloc, parts.path, query)
         request = AWSRequest(method="GET", url=url)
         answers = await signed.events.emit("before-send.s3.ListObjectsV2", request=request)
         if any(answer is not None for _, answer in answers):
