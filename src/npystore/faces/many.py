@@ -63,9 +63,10 @@ __all__ = [
     "to_manifest",
 ]
 
-#: Largest edge (last, shorter) shard inlined, zero-padded, into kerchunk references (Zarr
-#: wants every chunk full-sized).
-EDGE_INLINE_MAX: Final = 4 * 2**20
+#: Largest edge (last, shorter) shard inlined, zero-padded, into kerchunk references by
+#: default (Zarr wants every chunk full-sized): the budget of inlined bytes of one set of
+#: references (``to_kerchunk``'s ``max_inline``).
+EDGE_INLINE_MAX: Final = 16 * 2**20
 
 
 # -- the dask array ------------------------------------------------------------------------
@@ -265,13 +266,15 @@ def dataset_kerchunk(
     storage_options: Mapping[str, Any] | None = None,
     zarr_format: int = 2,
     max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
+    max_inline: int = EDGE_INLINE_MAX,
 ) -> dict[str, Any]:
     """Kerchunk references (Zarr v2 form) of a dataset of ``.npy`` files: one array
     ``data``, one chunk per shard (a reference to the shard's data); a shorter last shard is
     the edge chunk, inlined zero-padded (Zarr reads full chunks only) when at most
-    :data:`EDGE_INLINE_MAX` bytes. npystore's manifest rides along under the key
-    ``"npystore"`` (ignored by kerchunk's readers), so :func:`npystore.open_npy` reopens
-    the references with every shard's identity checked.
+    ``max_inline`` bytes. Dtypes Zarr v2 cannot hold exactly are refused, as for one file.
+    npystore's manifest rides along under the key ``"npystore"`` (ignored by kerchunk's
+    readers), so :func:`npystore.open_npy` reopens the references with every shard's
+    identity checked.
 
     Raises
     ------
@@ -289,6 +292,14 @@ def dataset_kerchunk(
         max_header_size=max_header_size,
     )  # fmt: skip
     where = urls if isinstance(urls, str) else f"{len(array.shards)} files"
+    from npystore.faces.refs.kerchunk import v2_dtype_problem  # noqa: PLC0415
+
+    problem = v2_dtype_problem(array.dtype)
+    if problem is not None:
+        raise UnsupportedError(
+            f"{where}: the files' dtype {array.dtype} is {problem}, which Zarr v2 cannot "
+            f"hold exactly; write npystore's own manifest instead (npystore.to_manifest)"
+        )
     extents = raw_extents(array, "kerchunk references")
     length = _grid_chunk(array)
     orders = {s.layout.order for s in array.shards if sum(n > 1 for n in s.shape) > 1}
@@ -337,7 +348,7 @@ def dataset_kerchunk(
         if extent.nbytes == full:
             refs[key] = [target, extent.offset, extent.nbytes]
             continue
-        if full > EDGE_INLINE_MAX:
+        if full > max_inline:
             raise UnsupportedError(
                 f"{shard.source}: the last file is shorter than the others and its padded "
                 f"chunk ({full} bytes) is too large to inline into kerchunk references; "

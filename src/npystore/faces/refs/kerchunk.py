@@ -85,11 +85,11 @@ def to_kerchunk(
 
     Many ``.npy`` files (a list, a glob or a folder, as :func:`npystore.open_npy` takes
     them) give one array ``data`` of the whole dataset, one chunk per file, when the files
-    are equally long along the axis but the last (an edge chunk, inlined zero-padded up to
-    4 MiB); otherwise an :class:`~npystore.errors.UnsupportedError` says so and names
-    :func:`npystore.to_manifest`. The references then carry npystore's manifest under the
-    key ``"npystore"``, so :func:`npystore.open_npy` reopens them with every file's identity
-    checked.
+    are equally long along the axis but the last (an edge chunk, inlined zero-padded up
+    to ``max_inline`` bytes); otherwise an :class:`~npystore.errors.UnsupportedError`
+    says so and names :func:`npystore.to_manifest`. The references then carry npystore's
+    manifest under the key ``"npystore"``, so :func:`npystore.open_npy` reopens them with
+    every file's identity checked.
 
     Parameters
     ----------
@@ -154,7 +154,7 @@ def to_kerchunk(
             )
         return dataset_kerchunk(
             url, storage_options=storage_options, zarr_format=zarr_format,
-            max_header_size=max_header_size,
+            max_header_size=max_header_size, max_inline=max_inline,
         )  # fmt: skip
     assert isinstance(url, str)
     reader, nodes = open_tree(url, storage_options, max_header_size, max_members)
