@@ -331,7 +331,7 @@ def test_query_signer_signs_as_botocore() -> None:
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import ReadOnlyCredentials
 
-    from npystore.fetch.s3direct import QuerySigner
+    from npystore.fetch.s3many import QuerySigner
 
     now = datetime.datetime(2026, 11, 28, 9, 1, 2, tzinfo=datetime.UTC)
     urls = [

@@ -39,7 +39,7 @@ from typing import Any, Final
 from fsspec.implementations.local import LocalFileSystem
 
 from npystore.errors import FormatError
-from npystore.fetch import opening, remote, s3direct
+from npystore.fetch import opening, remote, s3direct, s3many
 from npystore.fetch.identity import ObjectIdentity
 from npystore.fetch.open import OPEN_HEAD, open_reader
 from npystore.fetch.reader import RangeReader
@@ -233,8 +233,9 @@ def _glob(fs: Any, path: str, url: str) -> list[Located]:
 
 def _s3_glob(fs: Any, path: str) -> dict[str, dict[str, Any]] | None:
     """``fs.glob(path, detail=True)`` of an S3 glob by one listing of the literal prefix
-    before the first wildcard over the direct session (:func:`npystore.fetch.s3direct.
-    direct_list`), matched with fsspec's own glob pattern; None: s3fs lists it."""
+    before the first wildcard over the direct session
+    (:func:`npystore.fetch.s3many.direct_list`), matched with fsspec's own glob pattern;
+    None: s3fs lists it."""
     from fsspec.asyn import sync  # noqa: PLC0415 - async filesystems only
     from fsspec.utils import glob_translate  # noqa: PLC0415
 
@@ -243,7 +244,7 @@ def _s3_glob(fs: Any, path: str) -> dict[str, dict[str, Any]] | None:
     if not pattern or first < 0 or any(c in bucket for c in "*?["):
         return None
     try:
-        listed = sync(fs.loop, s3direct.direct_list, fs, bucket, pattern[:first])
+        listed = sync(fs.loop, s3many.direct_list, fs, bucket, pattern[:first])
     except Exception as exc:  # s3fs lists it: its errors, its retries
         _log.debug("%s: direct listing failed (%r), listing through s3fs", path, exc)
         return None
@@ -442,7 +443,7 @@ async def _open_s3(
 async def _signed_urls(
     fs: Any, objects: Sequence[Located]
 ) -> list[s3direct.SignedUrl | None] | None:
-    """Presigned URLs for the opening GETs (:func:`npystore.fetch.s3direct.direct_urls`),
+    """Presigned URLs for the opening GETs (:func:`npystore.fetch.s3many.direct_urls`),
     one per object (None for an object named with a version); None: botocore opens all."""
     by_bucket: dict[str, list[int]] = {}
     keys: list[str] = []
@@ -454,7 +455,7 @@ async def _signed_urls(
     out: list[s3direct.SignedUrl | None] = [None] * len(objects)
     for bucket, ks in by_bucket.items():
         try:
-            got = await s3direct.direct_urls(fs, bucket, [keys[k] for k in ks])
+            got = await s3many.direct_urls(fs, bucket, [keys[k] for k in ks])
         except Exception as exc:  # any failure to presign: botocore opens these objects
             _log.debug("%s: no presigned URLs, opening through botocore: %r", bucket, exc)
             got = None
