@@ -15,10 +15,10 @@ rows run each side in a fresh subprocess (``_rss_probe.py``), alternating the sa
 ``mat-small-cell``, ``mat-small-struct``, ``mat-small-v73``, ``mat-many-vars`` (MAT-files of
 many small elements or variables: ``mat_small.py``), ``cloud-npy``, ``cloud-mat73``,
 ``cloud-mat73-matlab``, ``cloud-npz``, ``cloud-sweep`` (the cloud model, 30 ms and 40 MiB/s
-per connection: ``cloud.py``; ``cloud`` names all five), ``write-npz-local``,
-``write-s3-cloud``, ``write-s3-cloud10``, ``write-rss`` (the writers: ``write.py``; ``write``
-names all four), ``many-open``, ``many-read``, ``many-sum`` (datasets of many files:
-``many.py``; ``many`` names all three).
+per connection: ``cloud.py``; ``cloud`` names all five), ``write-npy-local``,
+``write-npz-local``, ``write-s3-cloud``, ``write-s3-cloud10``, ``write-rss`` (the writers:
+``write.py``; ``write`` names all five), ``many-open``, ``many-read``, ``many-sum``
+(datasets of many files: ``many.py``; ``many`` names all three).
 
 RESULTS.md has one section per group of rows (the main table, the cloud model, its sweep,
 the writers),

@@ -145,7 +145,9 @@ def open_npy(
         before the graph is built; integer ``chunks`` are counted without expanding them.
     fix_imports, encoding
         How object arrays are unpickled, as :func:`numpy.load` takes them
-        (``encoding="latin1"`` reads Python 2 pickles of numpy arrays).
+        (``encoding="latin1"`` reads Python 2 pickles of numpy arrays); ``encoding`` must
+        be ``"ASCII"``, ``"latin1"`` or ``"bytes"`` (a :class:`ValueError` otherwise, as
+        numpy raises).
     name : str, bool or None
         The dask name, as :func:`dask.array.from_array` takes it: ``None`` (default) derives
         it from the object's identity and the chunks, a string is used as it is, ``False``
@@ -269,24 +271,30 @@ def load(
         Largest header accepted, in bytes.
     fix_imports, encoding
         How object arrays are unpickled, as :func:`numpy.load` takes them
-        (``encoding="latin1"`` reads Python 2 pickles of numpy arrays).
-    mmap_mode : {None, "r+", "r", "w+", "c"}
+        (``encoding="latin1"`` reads Python 2 pickles of numpy arrays); ``encoding`` must
+        be ``"ASCII"``, ``"latin1"`` or ``"bytes"`` (a :class:`ValueError` otherwise, as
+        numpy raises).
+    mmap_mode : {None, "r+", "r", "c"}
         Local ``.npy`` files only: memory-map the data instead of reading it, as
-        :func:`numpy.load` does (the header is parsed and checked by npystore).
+        :func:`numpy.load` does (the header is parsed and checked by npystore); ignored for
+        an ``.npz`` archive, as numpy ignores it. ``"w+"`` is refused (numpy.load truncates
+        the file to nothing with it).
 
     Returns
     -------
-    numpy.ndarray or numpy.memmap or NpzArrays
+    numpy.ndarray or numpy.memmap or NpzArrays or object
         For an ``.npy`` file, equal to ``numpy.load(url)``, dtype and memory order included;
         writable (a :class:`numpy.memmap` with ``mmap_mode``). For an ``.npz`` archive, an
         :class:`~npystore.faces.npz.NpzArrays` mapping that reads each member on access.
+        Any other file, with ``allow_pickle=True``, is unpickled as ``numpy.load`` does.
 
     Raises
     ------
     FormatError
-        Not an ``.npy`` or ``.npz`` file, or a malformed one.
+        Not an ``.npy`` or ``.npz`` file (nor, with ``allow_pickle=True``, a pickle), or a
+        malformed one.
     UnsupportedError
-        ``mmap_mode`` for a remote file, an archive or an object array (also
+        ``mmap_mode`` for a remote file or an object array, ``mmap_mode="w+"`` (also
         :class:`ValueError`, as numpy raises); an object array without
         ``allow_pickle=True``.
 
@@ -323,9 +331,22 @@ def load(
     reader.data_from_head = True  # read now, in this call: the opening bytes are current
     prefix = read_prefix(reader)
     unpickle = Unpickle(encoding, fix_imports)
-    if sniff(prefix) == "npz":
-        if mmap_mode is not None:
-            raise UnsupportedError(f"{reader.url}: mmap_mode is for .npy files, not archives")
+    kind = sniff(prefix)
+    if kind == "unknown":  # numpy.load reads any other file as a pickle
+        from npystore.errors import FormatError  # noqa: PLC0415 - this branch only
+        from npystore.read.access import load_pickle_file  # noqa: PLC0415
+
+        if not allow_pickle:
+            raise FormatError(
+                f"{reader.url}: not an .npy or .npz file (the first bytes are "
+                f"{bytes(prefix[:8])!r}); numpy.load would unpickle it: if it is a pickle you "
+                f"trust, pass allow_pickle=True (unpickling runs code from the file)"
+            )
+        value, end = load_pickle_file(reader, unpickle)
+        if reader.source is not None:
+            reader.source.move_to(end)
+        return value
+    if kind == "npz":  # mmap_mode is ignored for archives, as numpy.load ignores it
         from npystore.faces.npz import NpzArrays, npz_from_reader  # noqa: PLC0415
 
         npz = npz_from_reader(
@@ -416,8 +437,9 @@ def _memmap(reader: RangeReader, layout: ArrayLayout, mode: MmapMode) -> np.memm
         raise UnsupportedError(f"{reader.url}: an object array (a pickle) cannot be memory-mapped")
     if mode in ("w+", "write"):
         raise UnsupportedError(
-            f"{reader.url}: mmap_mode {mode!r} would truncate the file; numpy.load refuses "
-            f"it too, use 'r+' to change values in place"
+            f"{reader.url}: mmap_mode {mode!r} is refused: it would truncate the file "
+            f"(numpy.load empties the file with it, then fails); use 'r+' to change values "
+            f"in place, or npystore.save to write a new file"
         )
     storage = layout.storage
     if not isinstance(storage, RawExtent):

@@ -53,7 +53,9 @@ The package's modules, one job each (this module only re-exports their public na
 - :mod:`~npystore.fetch.many`, :mod:`~npystore.fetch.s3many`: many objects named by a list,
   a glob or a folder, opened together (S3: presigned direct GETs, direct listings);
 - :mod:`~npystore.fetch.cache`: local cache files; :mod:`~npystore.fetch.blockfile`: a
-  file object over a reader.
+  file object over a reader;
+- writing: :mod:`~npystore.fetch.sink` (objects written by parts and committed atomically)
+  and :mod:`~npystore.fetch.tempfiles` (their temporary files).
 """
 
 from __future__ import annotations

@@ -175,7 +175,11 @@ async def call_s3(fs: Any, method: str, **params: Any) -> dict[str, Any]:
     await fs.set_session()
     client = await fs.get_s3(params.get("Bucket"))
     client.meta.events.register_first(
-        f"needs-retry.s3.{_OPERATIONS[method]}", _no_botocore_retry, unique_id=_NO_RETRY_ID
+        f"needs-retry.s3.{_OPERATIONS[method]}",
+        _no_botocore_retry,
+        # one id per operation: botocore ignores a second registration under an id it has
+        # seen, whatever the event (a HeadObject handler would keep GetObject's out)
+        unique_id=f"{_NO_RETRY_ID}-{_OPERATIONS[method]}",
     )
     call = getattr(client, method)
     kwargs = fs._get_s3_method_kwargs(call, **params)
@@ -192,7 +196,15 @@ async def call_s3(fs: Any, method: str, **params: Any) -> dict[str, Any]:
     return resp
 
 
-_OPERATIONS: Final = {"get_object": "GetObject", "head_object": "HeadObject"}
+_OPERATIONS: Final = {
+    "get_object": "GetObject",
+    "head_object": "HeadObject",
+    # the writers' multipart upload (npystore.fetch.sink.S3Sink)
+    "create_multipart_upload": "CreateMultipartUpload",
+    "upload_part": "UploadPart",
+    "complete_multipart_upload": "CompleteMultipartUpload",
+    "abort_multipart_upload": "AbortMultipartUpload",
+}
 
 
 async def get_object(
