@@ -95,7 +95,8 @@ def convert_dataset(
     elif lower.endswith(".npz"):
         from npystore.write import savez  # noqa: PLC0415
 
-        savez(out, storage_options=out_storage_options, **{name or "data": x})
+        members: dict[str, Any] = {name or "data": x}
+        savez(out, storage_options=out_storage_options, **members)
     else:
         axis = array.axis
         spec = chunks if chunks is not None else {axis: max(x.chunks[axis])}
