@@ -431,3 +431,13 @@ def test_count_progress_draws_on_a_terminal_only() -> None:
     assert "open files" in out.getvalue()
     assert "20/20" in out.getvalue()
     assert CountProgress("x", minimum=1, file=io.StringIO()).start(100) is None  # no terminal
+
+
+def test_info_file_beside_other_npy_files(tmp_path: Path) -> None:
+    (tmp_path / "info").write_text("not dask's")  # an unrelated info: a plain folder
+    np.save(tmp_path / "a_2.npy", np.arange(2))
+    np.save(tmp_path / "a_10.npy", np.arange(3))
+    assert npystore.load(str(tmp_path)).tolist() == [0, 1, 0, 1, 2]
+    np.save(tmp_path / "0.npy", np.arange(4))  # numbered shards beside other files
+    with pytest.raises(FormatError, match=r"also holds .*a_10\.npy"):
+        npystore.open_npy(str(tmp_path))

@@ -274,12 +274,19 @@ def _folder(fs: Any, path: str, url: str, suffixes: tuple[str, ...]) -> Expanded
         want = " or ".join(suffixes)
         raise FileNotFoundError(errno.ENOENT, f"the folder holds no {want} file", url)
     info: bytes | None = None
-    if STACK_INFO in names and names[STACK_INFO].get("type", "file") != "directory":
-        numbered = sorted(
-            (int(m.group(1)), f)
-            for f in files
-            if (m := _STACK_NAME.fullmatch(f.rstrip("/").rsplit("/", 1)[-1])) is not None
-        )
+    numbered = sorted(
+        (int(m.group(1)), f)
+        for f in files
+        if (m := _STACK_NAME.fullmatch(f.rstrip("/").rsplit("/", 1)[-1])) is not None
+    )
+    stack = STACK_INFO in names and names[STACK_INFO].get("type", "file") != "directory"
+    if stack and numbered:  # an info file beside numbered shards: dask's to_npy_stack
+        others = sorted(set(files) - {f for _, f in numbered})
+        if others:
+            raise FormatError(
+                f"{url}: a dask to_npy_stack folder (an info file and numbered shards) also "
+                f"holds {others[0]}; name the files to read as a list, or remove it"
+            )
         gaps = [i for i, (n, _) in enumerate(numbered) if n != i]
         if gaps:
             raise FileNotFoundError(
