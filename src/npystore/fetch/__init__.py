@@ -51,6 +51,8 @@ The package's modules, one job each (this module only re-exports their public na
 - their helpers: :mod:`~npystore.fetch.opening` (the opening request),
   :mod:`~npystore.fetch.remote` (retries and budgets), :mod:`~npystore.fetch.s3direct`
   (presigned S3 GETs), :mod:`~npystore.fetch.fileobj` (open file objects);
+- :mod:`~npystore.fetch.many`, :mod:`~npystore.fetch.s3many`: many objects named by a list,
+  a glob or a folder, opened together (S3: presigned direct GETs, direct listings);
 - :mod:`~npystore.fetch.cache`: local cache files; :mod:`~npystore.fetch.blockfile`: a
   file object over a reader;
 - writing: :mod:`~npystore.fetch.sink` (objects written by parts and committed atomically)

@@ -46,6 +46,7 @@ __all__ = [
     "info_within",
     "named",
     "s3_open",
+    "s3_opening",
 ]
 
 #: ``Content-Range: bytes first-last/total`` (total ``*`` when unknown).
@@ -359,11 +360,11 @@ def s3_open(
     """
     from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
 
-    got: tuple[Mapping[str, Any], bytes] = sync(fs.loop, _s3_opening, fs, path, name, count, budget)
+    got: tuple[Mapping[str, Any], bytes] = sync(fs.loop, s3_opening, fs, path, name, count, budget)
     return got
 
 
-async def _s3_opening(
+async def s3_opening(
     fs: Any, path: str, name: str, count: int, budget: float
 ) -> tuple[Mapping[str, Any], bytes]:
     loop = asyncio.get_running_loop()

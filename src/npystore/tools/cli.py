@@ -52,6 +52,15 @@ INTERRUPTED: Final = 130
 
 
 def _info_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, out: TextIO) -> int:
+    from npystore.tools.many import dataset_info, names_dataset, print_dataset_info  # noqa: PLC0415
+
+    if names_dataset(args.url, options):  # a glob or a folder of .npy files
+        facts = dataset_info(args.url, options)
+        if args.json:
+            print(json.dumps(facts, indent=2), file=out)
+        else:
+            print_dataset_info(facts, out)
+        return 0
     facts = info(args.url, options, args.depth)
     if args.json:
         print(json.dumps(facts, indent=2), file=out)
@@ -122,6 +131,20 @@ def _convert_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, ou
             f"{args.out}: the directory {parent!r} does not exist; create it first (convert, "
             "like numpy.save, does not create directories)"
         )
+    from npystore.tools.many import convert_dataset, names_dataset  # noqa: PLC0415
+
+    if names_dataset(args.url, options):  # a glob or a folder of .npy files: one array
+        chunks = [c for c in args.chunks or () if "=" not in c]
+        written, shape, nbytes = convert_dataset(
+            args.url,
+            args.out,
+            storage_options=options,
+            out_storage_options=_out_options(args, options) if is_url(args.out) else None,
+            chunks=chunk_spec(chunks[-1]) if chunks else None,
+            name=args.name,
+        )
+        print(f"{written}: one array of shape {shape}, {nbytes} bytes", file=out)
+        return 0
     if kind in ("npy", "npz"):  # npystore's own writers
         from npystore.tools.export import export  # noqa: PLC0415
 
