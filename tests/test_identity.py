@@ -325,7 +325,7 @@ def test_in_memory_file_objects_do_not_share_kept_bytes() -> None:
     buf.write(second)
     buf.seek(0)
     np.testing.assert_array_equal(npystore.load(buf)["x"], b)
-    for _ in range(3):
+    for _ in range(2):
         np.testing.assert_array_equal(npystore.load(io.BytesIO(first))["x"], a)
         gc.collect()  # the first object's address is free for the second
         np.testing.assert_array_equal(npystore.load(io.BytesIO(second))["x"], b)
