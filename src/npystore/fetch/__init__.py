@@ -1,7 +1,8 @@
 """The only IO in npystore: :class:`RangeReader`, byte ranges of one object on any fsspec URL.
 
 A reader is bound to one object and to the identity it had when it was opened (size plus
-mtime, ETag or version id). On S3 the identity comes from a ranged ``GetObject`` of the
+ETag or version id; a local file's device, inode, mtime and ctime; see
+:mod:`npystore.fetch.identity`). On S3 the identity comes from a ranged ``GetObject`` of the
 object's first bytes (no ``HeadObject``), so opening and sniffing a file is one round trip.
 It reads ranges through one backend, chosen once when the reader is made:
 
