@@ -441,3 +441,19 @@ def test_info_file_beside_other_npy_files(tmp_path: Path) -> None:
     np.save(tmp_path / "0.npy", np.arange(4))  # numbered shards beside other files
     with pytest.raises(FormatError, match=r"also holds .*a_10\.npy"):
         npystore.open_npy(str(tmp_path))
+
+
+def test_open_file_objects_are_one_file_not_a_dataset(tmp_path: Path) -> None:
+    """An open file object is one archive (the many-files dispatch asks only of paths)."""
+    import io
+
+    import scipy.io
+
+    buf = io.BytesIO()
+    np.savez(buf, x=np.arange(5))
+    buf.seek(0)
+    np.testing.assert_array_equal(npystore.open_npz(buf)["x"].compute(), np.arange(5))
+    mat = io.BytesIO()
+    scipy.io.savemat(mat, {"v": np.arange(3.0)})
+    mat.seek(0)
+    np.testing.assert_array_equal(np.asarray(npystore.open_mat(mat)["v"]).ravel(), np.arange(3.0))

@@ -255,7 +255,7 @@ def open_mat(
     """
     from npystore.fetch.many import is_folder, is_many  # noqa: PLC0415
 
-    if is_many(url) or is_folder(url, storage_options):  # type: ignore[arg-type]
+    if is_many(url) or is_folder(url, storage_options):
         if squeeze:
             raise UnsupportedError("squeeze=True is for one MAT-file: squeeze the joined array")
         from npystore.faces.many import open_mat_many  # noqa: PLC0415

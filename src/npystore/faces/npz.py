@@ -359,7 +359,7 @@ def open_npz(
     """
     from npystore.fetch.many import is_folder, is_many  # noqa: PLC0415
 
-    if is_many(url) or is_folder(url, storage_options):  # type: ignore[arg-type]
+    if is_many(url) or is_folder(url, storage_options):
         from npystore.faces.many import open_npz_many  # noqa: PLC0415
 
         return open_npz_many(  # type: ignore[return-value]

@@ -142,13 +142,16 @@ def is_many(url: object) -> bool:
 
 
 def is_folder(
-    url: str | os.PathLike[str],
+    url: object,
     storage_options: Mapping[str, Any] | None = None,
     *,
     ask: bool = False,
 ) -> bool:
     """Whether ``url`` names a folder: a local directory (a stat); a remote one only when
-    ``ask`` is true (one listing request; the caller asks after a plain open failed)."""
+    ``ask`` is true (one listing request; the caller asks after a plain open failed).
+    Anything but a path or URL (an open file object) is not a folder."""
+    if not isinstance(url, str | os.PathLike):
+        return False
     text = os.fspath(url)
     if "::" not in text and (text.startswith("file://") or "://" not in text):
         return os.path.isdir(text.removeprefix("file://"))
