@@ -17,9 +17,10 @@ many small elements or variables: ``mat_small.py``), ``cloud-npy``, ``cloud-mat7
 ``cloud-mat73-matlab``, ``cloud-npz``, ``cloud-sweep`` (the cloud model, 30 ms and 40 MiB/s
 per connection: ``cloud.py``), ``cloud-gcs-npy``, ``cloud-azure-npy``, ``cloud-distributed``
 (the same model on GCS, Azure and SeaweedFS: ``stores.py``; ``stores`` names these three,
-``cloud`` all eight: they share one section, which a run rewrites whole), ``write-npz-local``,
-``write-s3-cloud``, ``write-s3-cloud10``, ``write-rss`` (the writers: ``write.py``; ``write``
-names all four).
+``cloud`` all eight: they share one section, which a run rewrites whole),
+``write-npy-local``, ``write-npz-local``, ``write-s3-cloud``, ``write-s3-cloud10``,
+``write-rss`` (the writers: ``write.py``; ``write`` names all five), ``many-open``,
+``many-read``, ``many-sum`` (datasets of many files: ``many.py``; ``many`` names all three).
 
 RESULTS.md has one section per group of rows (the main table, the cloud model, its sweep,
 the writers),
@@ -54,6 +55,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the helper modules next to this script
 
 import cloud  # noqa: E402
+import many  # noqa: E402
 import mat_small  # noqa: E402
 import remote  # noqa: E402
 import startup  # noqa: E402
@@ -512,6 +514,10 @@ SECTIONS: dict[str, Callable[[list[Row], bool], list[str]]] = {
         *write.section_intro(quick, _machine(), _versions()),
         *_table(rows),
     ],
+    many.SECTION: lambda rows, quick: [
+        *many.section_intro(quick, _machine(), _versions()),
+        *_table(rows),
+    ],
 }
 _MARKED = re.compile(r"<!-- section: (\S+) -->\n(.*?)\n<!-- end section: \1 -->", re.S)
 _FINDINGS = "## Findings (profiling notes"
@@ -560,12 +566,14 @@ SCENARIOS: dict[str, tuple[Callable[[Path, int, int], Row | list[Row]], int, int
     **cloud.SCENARIOS,
     **stores.SCENARIOS,
     **write.SCENARIOS,
+    **many.SCENARIOS,
 }
 #: Names for groups of scenarios in ``--only``.
 GROUPS = {
     "cloud": [*cloud.SCENARIOS, *stores.SCENARIOS],  # one section of RESULTS.md
     "stores": list(stores.SCENARIOS),
     "write": list(write.SCENARIOS),
+    "many": list(many.SCENARIOS),
 }
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "named",
     "open_within",
     "s3_open",
+    "s3_opening",
 ]
 
 #: ``Content-Range: bytes first-last/total`` (total ``*`` when unknown).
@@ -185,7 +186,11 @@ async def call_s3(fs: Any, method: str, **params: Any) -> dict[str, Any]:
     await fs.set_session()
     client = await fs.get_s3(params.get("Bucket"))
     client.meta.events.register_first(
-        f"needs-retry.s3.{_OPERATIONS[method]}", _no_botocore_retry, unique_id=_NO_RETRY_ID
+        f"needs-retry.s3.{_OPERATIONS[method]}",
+        _no_botocore_retry,
+        # one id per operation: botocore ignores a second registration under an id it has
+        # seen, whatever the event (a HeadObject handler would keep GetObject's out)
+        unique_id=f"{_NO_RETRY_ID}-{_OPERATIONS[method]}",
     )
     call = getattr(client, method)
     kwargs = fs._get_s3_method_kwargs(call, **params)
@@ -202,7 +207,15 @@ async def call_s3(fs: Any, method: str, **params: Any) -> dict[str, Any]:
     return resp
 
 
-_OPERATIONS: Final = {"get_object": "GetObject", "head_object": "HeadObject"}
+_OPERATIONS: Final = {
+    "get_object": "GetObject",
+    "head_object": "HeadObject",
+    # the writers' multipart upload (npystore.fetch.sink.S3Sink)
+    "create_multipart_upload": "CreateMultipartUpload",
+    "upload_part": "UploadPart",
+    "complete_multipart_upload": "CompleteMultipartUpload",
+    "abort_multipart_upload": "AbortMultipartUpload",
+}
 
 
 async def get_object(
@@ -359,7 +372,7 @@ def s3_open(
     """
     from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
 
-    got: tuple[Mapping[str, Any], bytes] = sync(fs.loop, _s3_opening, fs, path, name, count, budget)
+    got: tuple[Mapping[str, Any], bytes] = sync(fs.loop, s3_opening, fs, path, name, count, budget)
     return got
 
 
@@ -447,9 +460,10 @@ async def open_within(
     raise remote.failure(name, f"bytes {span} at open", made, budget, problem, out=out)
 
 
-async def _s3_opening(
+async def s3_opening(
     fs: Any, path: str, name: str, count: int, budget: float
 ) -> tuple[Mapping[str, Any], bytes]:
+    """:func:`s3_open` on the event loop (for callers already on it)."""
     bucket, key, version = fs.split_path(path)
     pin = {"VersionId": version} if version else {}
 
