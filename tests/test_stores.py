@@ -142,7 +142,9 @@ def test_faults_are_survived_exactly(store: Any) -> None:
     data = RNG.standard_normal((600, 40))
     url = store.put_bytes(_npy(data), "faulty.npy")
     with FaultProxy(_target(store), rate=0.25, seed=5) as proxy:
-        opts = _through(store, proxy)
+        # a range stuck for longer than this is cut and asked again (it never was, in
+        # hundreds of runs but one, whose 60 s could not be told apart from a busy machine)
+        opts = {**_through(store, proxy), "npystore_read_budget": 15}
         x = npystore.open_npy(url, chunks=(10, 40), storage_options=opts)
         np.testing.assert_array_equal(x.compute(), data)
     faults = {k for k, v in proxy.counts.items() if k != "requests" and v}
@@ -175,15 +177,18 @@ def test_missing_object_names_the_url(store: Any) -> None:
 
 
 def test_dtype_matrix(store: Any, tmp_path: Path) -> None:
-    """Every dtype of the matrix, C and F order alternately, read equal to numpy: one
-    opening GET and one data GET each."""
+    """Every dtype of the matrix read equal to numpy, one request batch each: C and F
+    order, ``load`` (one GET) and ``open_npy(...).compute()`` (the opening GET, then one
+    pinned data GET) alternately."""
     opts = store.storage_options
     for i, name in enumerate(DTYPES):
         path, _ = write_case(tmp_path, name, (4, 5, 6), "CF"[i % 2])
         want = np.load(path, allow_pickle=False)
         url = store.put_file(path, path.name)
-        assert_same(npystore.load(url, storage_options=opts), want)
-        assert_same(npystore.open_npy(url, storage_options=opts).compute(), want)
+        if i % 4 < 2:
+            assert_same(npystore.load(url, storage_options=opts), want)
+        else:
+            assert_same(npystore.open_npy(url, storage_options=opts).compute(), want)
 
 
 def test_azure_sdk_path(azure: Any, monkeypatch: pytest.MonkeyPatch) -> None:
