@@ -1,0 +1,98 @@
+"""MAT-files at the edges, on every face (open_mat, MatFile.load, the Zarr store, xarray,
+kerchunk references): structs with no fields, invalid UTF-8 chars, HDF5 files without a
+MATLAB header. Oracles: scipy.io.loadmat, mat73, h5py.
+"""
+
+from __future__ import annotations
+
+import struct
+import warnings
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+import scipy.io as sio
+
+import npystore
+from npystore import MatStruct
+
+zarr = pytest.importorskip("zarr")
+xr = pytest.importorskip("xarray")
+mat73 = pytest.importorskip("mat73")
+
+V73_HEADER = b"MATLAB 7.3 MAT-file, Platform: TEST, Created on: never HDF5 schema 1.00 ."
+
+
+def stamp_v73(path: Path) -> None:
+    """Write MATLAB's v7.3 header text into the file's 512-byte user block."""
+    with path.open("r+b") as f:
+        f.write(V73_HEADER.ljust(116) + b" " * 8 + b"\x00\x02IM")
+
+
+# ------------------------------------------------------------ struct() with no fields
+
+
+def empty_struct_files(tmp_path: Path) -> dict[str, tuple[Path, tuple[int, ...]]]:
+    """``struct()`` (1x1) and a 2x3 struct array with no fields, as v5 and v7.3 files:
+    name -> (path, MATLAB dims)."""
+    v5 = tmp_path / "es5.mat"
+    sio.savemat(v5, {"a": {}})  # scipy writes {} as MATLAB's struct(): 1x1, no fields
+    data = bytearray(v5.read_bytes())
+    dims = data.index(struct.pack("<IIii", 5, 8, 1, 1))  # the dimensions subelement
+    data[dims + 8 : dims + 16] = struct.pack("<ii", 2, 3)
+    v5_array = tmp_path / "es5_2x3.mat"
+    v5_array.write_bytes(bytes(data))
+    v73 = tmp_path / "es73.mat"
+    with h5py.File(v73, "w", userblock_size=512) as f:
+        f.create_group("a").attrs["MATLAB_class"] = np.bytes_("struct")
+    stamp_v73(v73)
+    v73_array = tmp_path / "es73_2x3.mat"
+    with h5py.File(v73_array, "w", userblock_size=512) as f:
+        d = f.create_dataset("a", data=np.array([2, 3], np.uint64))
+        d.attrs["MATLAB_class"] = np.bytes_("struct")
+        d.attrs["MATLAB_empty"] = np.uint8(1)
+    stamp_v73(v73_array)
+    return {
+        "v5": (v5, (1, 1)),
+        "v5 2x3": (v5_array, (2, 3)),
+        "v7.3": (v73, (1, 1)),
+        "v7.3 2x3": (v73_array, (2, 3)),
+    }
+
+
+def test_struct_with_no_fields_on_every_face(tmp_path: Path) -> None:
+    """``struct()`` raised "range() arg 3 must not be zero" in v5 files, and the Zarr store
+    and the references lost the whole file; it is a struct with no fields everywhere."""
+    scipy_file = Path(sio.__file__).parent / "matlab" / "tests" / "data" / "test_empty_struct.mat"
+    files = empty_struct_files(tmp_path)
+    if scipy_file.is_file():
+        files["scipy's test_empty_struct.mat"] = (scipy_file, (1, 1))
+    for what, (path, dims) in files.items():
+        if what.startswith("v7.3"):
+            theirs = mat73.loadmat(str(path))["a"]
+            # mat73: {} for struct(), nested lists of [] for the array (2x3x0)
+            assert theirs == {} if dims == (1, 1) else np.shape(theirs)[:2] == dims, what
+        else:
+            theirs = sio.loadmat(path, struct_as_record=False)["a"]
+            assert theirs.shape == dims and theirs.flat[0]._fieldnames == [], what
+        with npystore.open_mat(str(path)) as m:
+            assert (m.variables["a"].matlab_class, m.variables["a"].dims) == ("struct", dims)
+            value = m["a"]
+            assert m.load("a") is not None
+        if dims == (1, 1):
+            assert isinstance(value, MatStruct) and len(value) == 0, what
+        else:
+            assert value.shape == dims and value.dtype == object, what
+            assert all(isinstance(v, MatStruct) and len(v) == 0 for v in value.flat), what
+        group = zarr.open_group(npystore.open_store(str(path)), mode="r")
+        attrs = dict(group["a"].attrs)
+        assert (attrs["matlab_class"], attrs["matlab_fields"]) == ("struct", []), what
+        assert list(group["a"].array_keys()) == [], what
+        refs = npystore.to_kerchunk(str(path))["refs"]
+        assert '"matlab_fields": []' in refs["a/.zattrs"], what
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = xr.open_datatree(str(path), engine="npystore")
+        assert dims != (1, 1) or ("a" in tree.children and not tree["a"].data_vars), what
