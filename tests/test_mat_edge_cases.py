@@ -96,3 +96,45 @@ def test_struct_with_no_fields_on_every_face(tmp_path: Path) -> None:
             warnings.simplefilter("ignore")
             tree = xr.open_datatree(str(path), engine="npystore")
         assert dims != (1, 1) or ("a" in tree.children and not tree["a"].data_vars), what
+
+
+# ------------------------------------------------------- char_errors on every face
+
+
+def test_char_errors_on_the_store_the_references_and_xarray(tmp_path: Path) -> None:
+    """One char variable that is not UTF-8 made open_store and to_kerchunk refuse the whole
+    file, and the message named an option they lacked: they (and the xarray engine, and
+    the VirtualiZarr parser) take ``char_errors`` as open_mat does."""
+    from npystore.errors import FormatError
+    from npystore.virtualizarr import NpystoreParser
+
+    path = tmp_path / "u8.mat"
+    sio.savemat(path, {"s": "abcé", "ok": "fine"}, do_compression=False)
+    path.write_bytes(path.read_bytes().replace("é".encode(), b"\xff\xa9"))  # invalid UTF-8
+    oracle = sio.loadmat(path)["s"][0]
+    assert oracle == "abc\ufffd"
+    url = str(path)
+    refused = r"u8\.mat:s: char variable 's': invalid UTF-8 .*char_errors='replace'"
+    for strict in (
+        lambda: npystore.open_store(url),
+        lambda: npystore.to_kerchunk(url),
+        lambda: xr.open_dataset(url, engine="npystore"),
+    ):
+        with pytest.raises(FormatError, match=refused):
+            strict()
+    group = zarr.open_group(npystore.open_store(url, char_errors="replace"), mode="r")
+    assert group["s"].attrs["matlab_text"] == oracle
+    assert group["s"][...].tolist() == [[ord(c) for c in oracle]]
+    refs = npystore.to_kerchunk(url, char_errors="replace")["refs"]
+    assert '"matlab_text": "abc\\ufffd"' in refs["s/.zattrs"]
+    assert xr.open_dataset(url, engine="npystore", char_errors="replace")["s"].item() == oracle
+    tree = xr.open_datatree(url, engine="npystore", char_errors="replace")
+    assert tree["s"].item() == oracle
+    obstore_store = pytest.importorskip("obstore.store")
+    registry = pytest.importorskip("obspec_utils.registry")
+    local = registry.ObjectStoreRegistry({"file://": obstore_store.LocalStore()})
+    with pytest.raises(FormatError, match=refused):
+        NpystoreParser()(path.as_uri(), local)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # chars are values, not references: left out
+        assert NpystoreParser(char_errors="replace")(path.as_uri(), local) is not None

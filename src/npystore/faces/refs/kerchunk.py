@@ -29,6 +29,7 @@ from npystore.faces.refs.plan import ArrayRefs, plan_array
 from npystore.faces.tree import ArrayNode, GroupNode, Node, file_nodes
 from npystore.fetch import RangeReader, open_reader
 from npystore.files.zip import DEFAULT_MAX_MEMBERS
+from npystore.formats.mat5 import CharErrors
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
 
 __all__ = ["NPY_ARRAY", "open_tree", "plan_tree", "to_kerchunk", "variable_name"]
@@ -45,6 +46,7 @@ def to_kerchunk(
     chunks: ChunksSpec = None,
     max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
     max_members: int = DEFAULT_MAX_MEMBERS,
+    char_errors: CharErrors = "strict",
 ) -> dict[str, Any]:
     """Kerchunk version-1 references for a file (a plain JSON-serialisable dict).
 
@@ -81,6 +83,10 @@ def to_kerchunk(
         Largest npy header accepted.
     max_members : int
         Most members an ``.npz`` archive may declare (default 1,000,000).
+    char_errors : {"strict", "replace"}
+        MAT v6/v7 char variables that are not valid UTF-8: ``"strict"`` raises
+        :class:`~npystore.errors.FormatError` naming the variable, ``"replace"`` reads each
+        invalid sequence as U+FFFD (as :func:`npystore.open_mat` and ``scipy.io.loadmat``).
 
     Returns
     -------
@@ -106,7 +112,7 @@ def to_kerchunk(
     """
     if zarr_format not in (2, 3):
         raise ValueError(f"zarr_format must be 2 or 3, got {zarr_format!r}")
-    reader, nodes = open_tree(url, storage_options, max_header_size, max_members)
+    reader, nodes = open_tree(url, storage_options, max_header_size, max_members, char_errors)
     target = reader.fs.unstrip_protocol(reader.path)
     plans = plan_tree(nodes, chunks=chunks)
     if zarr_format == 2:
@@ -123,6 +129,7 @@ def open_tree(
     storage_options: Mapping[str, Any] | None,
     max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
     max_members: int = DEFAULT_MAX_MEMBERS,
+    char_errors: CharErrors = "strict",
 ) -> tuple[RangeReader, dict[str, Node]]:
     """The reader and tree of the file at ``url``; open file objects are refused
     (references point into a file by its URL)."""
@@ -132,7 +139,10 @@ def open_tree(
             f"{reader.url}: kerchunk references point into a file by its URL; pass the "
             f"file's path or URL, not an open file object"
         )
-    return reader, file_nodes(reader, max_header_size=max_header_size, max_members=max_members)
+    nodes = file_nodes(
+        reader, max_header_size=max_header_size, max_members=max_members, char_errors=char_errors
+    )
+    return reader, nodes
 
 
 def plan_tree(

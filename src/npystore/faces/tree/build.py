@@ -15,15 +15,23 @@ from npystore.fetch import RangeReader
 from npystore.files.npy import open_layout_array
 from npystore.files.open import sniff_reader
 from npystore.files.zip import ZipArchive, unique_keys
+from npystore.formats.mat5 import CharErrors
 from npystore.read.access import LayoutArray
 
 __all__ = ["file_nodes"]
 
 
-def file_nodes(reader: RangeReader, *, max_header_size: int, max_members: int) -> dict[str, Node]:
+def file_nodes(
+    reader: RangeReader,
+    *,
+    max_header_size: int,
+    max_members: int,
+    char_errors: CharErrors = "strict",
+) -> dict[str, Node]:
     """The tree of the file behind ``reader``: path -> array or group node, as
     :func:`~npystore.faces.stores.open_store` serves it, :func:`~npystore.faces.refs.to_kerchunk`
-    references it and ``convert`` writes it."""
+    references it and ``convert`` writes it (``char_errors``: MAT v5 chars that are not
+    UTF-8, as :func:`npystore.open_mat` takes it)."""
     found = sniff_reader(reader)
     prefix, kind = found.prefix, found.kind
     about: dict[str, Any] = {"npystore": {"source": reader.url, "format": kind}}
@@ -66,7 +74,7 @@ def file_nodes(reader: RangeReader, *, max_header_size: int, max_members: int) -
     from npystore.faces.matfile import mat_from_reader  # noqa: PLC0415
     from npystore.faces.tree.mat import mat_nodes  # noqa: PLC0415
 
-    mat = mat_from_reader(reader, prefix)
+    mat = mat_from_reader(reader, prefix, char_errors=char_errors)
     about["npystore"]["mat_version"] = mat.version
     about["matlab_header"] = mat.header_text
     variables = {name: mat.node(name) for name in mat}
