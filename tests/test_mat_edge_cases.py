@@ -8,7 +8,6 @@ from __future__ import annotations
 import struct
 import warnings
 from pathlib import Path
-from typing import Any
 
 import h5py
 import numpy as np
@@ -76,15 +75,17 @@ def test_struct_with_no_fields_on_every_face(tmp_path: Path) -> None:
             assert theirs == {} if dims == (1, 1) else np.shape(theirs)[:2] == dims, what
         else:
             theirs = sio.loadmat(path, struct_as_record=False)["a"]
-            assert theirs.shape == dims and theirs.flat[0]._fieldnames == [], what
+            assert theirs.shape == dims, what
+            assert theirs.flat[0]._fieldnames == [], what
         with npystore.open_mat(str(path)) as m:
             assert (m.variables["a"].matlab_class, m.variables["a"].dims) == ("struct", dims)
             value = m["a"]
             assert m.load("a") is not None
         if dims == (1, 1):
-            assert isinstance(value, MatStruct) and len(value) == 0, what
+            assert isinstance(value, MatStruct), what
+            assert len(value) == 0, what
         else:
-            assert value.shape == dims and value.dtype == object, what
+            assert (value.shape, value.dtype) == (dims, object), what
             assert all(isinstance(v, MatStruct) and len(v) == 0 for v in value.flat), what
         group = zarr.open_group(npystore.open_store(str(path)), mode="r")
         attrs = dict(group["a"].attrs)
@@ -138,3 +139,36 @@ def test_char_errors_on_the_store_the_references_and_xarray(tmp_path: Path) -> N
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # chars are values, not references: left out
         assert NpystoreParser(char_errors="replace")(path.as_uri(), local) is not None
+
+
+# ------------------------------------------- HDF5 behind a user block that is not MATLAB's
+
+
+@pytest.mark.parametrize("block", [b"", b"not a MAT-file header"])
+@pytest.mark.parametrize("size", [512, 2048])
+def test_hdf5_behind_a_foreign_user_block_is_refused_as_plain_hdf5(
+    tmp_path: Path, size: int, block: bytes
+) -> None:
+    """A valid HDF5 file whose user block is zeros (h5py's ``userblock_size=512``) was
+    taken for a v4 MAT-file ("v4 matrix at offset 500 ... imagf 1178880137"); it is HDF5
+    without MATLAB's header, refused as plain HDF5 is, naming where HDF5 starts."""
+    from npystore.errors import UnsupportedError
+    from npystore.tools.cli import main
+
+    path = tmp_path / "ub.h5"
+    with h5py.File(path, "w", userblock_size=size) as f:
+        f["v"] = np.arange(3.0)
+    with path.open("r+b") as out:
+        out.write(block)
+    with h5py.File(path, "r") as f:  # the oracle: a valid HDF5 file
+        assert f["v"][:].tolist() == [0.0, 1.0, 2.0]
+    expected = (
+        rf"ub\.h5: a plain HDF5 file, not a MATLAB v7\.3 MAT-file: its HDF5 superblock is "
+        rf"at byte {size}.*h5py"
+    )
+    for opener in (npystore.open_mat, npystore.open, npystore.open_store, npystore.to_kerchunk):
+        with pytest.raises(UnsupportedError, match=expected):
+            opener(str(path))
+    with pytest.raises(UnsupportedError, match=expected):
+        xr.open_dataset(path, engine="npystore")
+    assert main(["info", str(path)]) != 0
