@@ -18,11 +18,11 @@ parser with depth and size limits (:data:`MAX_HEADER_NESTING` brackets, as numpy
 it is never evaluated as code. The text ``numpy.save`` itself writes for a dtype named by a
 string (``{'descr': '<f8', 'fortran_order': False, 'shape': (3, 4), }``, then spaces and
 ``\n``) is recognised by one regular expression first, giving the values the literal
-parser gives, some 20 times faster (an archive of 50,000 small members has 50,000
-headers); any other text goes to the literal parser. ``shape == ()`` is one element. A header may be larger than
-64 KiB (version 2.0 exists for that); the caller decides the size limit with
-``max_header_size``. Whether numpy can hold an array of the shape and dtype is checked by the
-caller once the file's size is known (:func:`npystore.formats.shapes.check_shape`).
+parser gives, some 5 times faster (an archive of 50,000 small members has 50,000
+headers); any other text goes to the literal parser. ``shape == ()`` is one element. A
+header may be larger than 64 KiB (version 2.0 exists for that); the caller decides the size
+limit with ``max_header_size``. Whether numpy can hold an array of the shape and dtype is
+checked by the caller once the file's size is known (:func:`npystore.formats.shapes.check_shape`).
 
 This module is pure: bytes in, frozen dataclasses out.
 """
