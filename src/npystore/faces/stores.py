@@ -41,9 +41,13 @@ def open_store(
     are ``x`` and ``x.npy``, the keys numpy reads them by). Each array's attributes name its
     member (``npystore.member``); the root's ``npystore.renamed`` maps every member whose
     node name is not its key to that node name. The root
-    carries consolidated metadata, so zarr needs no listing. Chunks are computed from byte
-    ranges of the file on demand; deflated members are served through their checkpoint
-    index.
+    carries consolidated metadata, so zarr needs no listing, when the file has at most
+    1,000 arrays and groups (:data:`~npystore.faces.zarr.store.CONSOLIDATED_MAX`); for more,
+    zarr lists the store. Opening reads an archive's central directory only: a member's
+    header is read, and its node and ``zarr.json`` made, when zarr asks for it (the root's
+    attributes, which name the members not served, read every member's header). Chunks are
+    computed from byte ranges of the file on demand; deflated members are served through
+    their checkpoint index.
 
     Parameters
     ----------
@@ -54,7 +58,7 @@ def open_store(
     max_header_size : int
         Largest npy header accepted.
     max_members : int
-        Most members an ``.npz`` archive may declare (default 1,000,000), checked before its
+        Most members an ``.npz`` archive may declare (default 100,000), checked before its
         central directory is read.
     char_errors : {"strict", "replace"}
         MAT v6/v7 char variables that are not valid UTF-8: ``"strict"`` raises

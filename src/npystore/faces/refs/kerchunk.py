@@ -82,7 +82,7 @@ def to_kerchunk(
     max_header_size : int
         Largest npy header accepted.
     max_members : int
-        Most members an ``.npz`` archive may declare (default 1,000,000).
+        Most members an ``.npz`` archive may declare (default 100,000).
     char_errors : {"strict", "replace"}
         MAT v6/v7 char variables that are not valid UTF-8: ``"strict"`` raises
         :class:`~npystore.errors.FormatError` naming the variable, ``"replace"`` reads each
@@ -130,7 +130,7 @@ def open_tree(
     max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
     max_members: int = DEFAULT_MAX_MEMBERS,
     char_errors: CharErrors = "strict",
-) -> tuple[RangeReader, dict[str, Node]]:
+) -> tuple[RangeReader, Mapping[str, Node]]:
     """The reader and tree of the file at ``url``; open file objects are refused
     (references point into a file by its URL)."""
     reader = open_reader(url, storage_options)
