@@ -172,8 +172,9 @@ def _array_document(
     for part in template:
         if part in values:  # a value one level down: its lines indented once more
             text = json.dumps(values[part], allow_nan=True, indent=indent)
-            part = text.replace("\n", pad) if indent is not None else text
-        parts.append(part)
+            parts.append(text.replace("\n", pad) if indent is not None else text)
+        else:
+            parts.append(part)
     return "".join(parts).encode()
 
 
