@@ -18,9 +18,10 @@ rows run each side in a fresh subprocess (``_rss_probe.py``), alternating the sa
 ``zarr-many-open``, ``zarr-many-list`` (the Zarr store over 50,000 tiny members:
 ``zarr_many.py``), ``cloud-npy``, ``cloud-mat73``,
 ``cloud-mat73-matlab``, ``cloud-npz``, ``cloud-sweep`` (the cloud model, 30 ms and 40 MiB/s
-per connection: ``cloud.py``; ``cloud`` names all five), ``write-npz-local``,
-``write-s3-cloud``, ``write-s3-cloud10``, ``write-rss`` (the writers: ``write.py``; ``write``
-names all four).
+per connection: ``cloud.py``; ``cloud`` names all five), ``write-npy-local``,
+``write-npz-local``, ``write-s3-cloud``, ``write-s3-cloud10``, ``write-rss`` (the writers:
+``write.py``; ``write`` names all five), ``many-open``, ``many-read``, ``many-sum``
+(datasets of many files: ``many.py``; ``many`` names all three).
 
 RESULTS.md has one section per group of rows (the main table, the cloud model, its sweep,
 the writers),
@@ -55,6 +56,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the helper modules next to this script
 
 import cloud  # noqa: E402
+import many  # noqa: E402
 import mat_small  # noqa: E402
 import remote  # noqa: E402
 import startup  # noqa: E402
@@ -513,6 +515,10 @@ SECTIONS: dict[str, Callable[[list[Row], bool], list[str]]] = {
         *write.section_intro(quick, _machine(), _versions()),
         *_table(rows),
     ],
+    many.SECTION: lambda rows, quick: [
+        *many.section_intro(quick, _machine(), _versions()),
+        *_table(rows),
+    ],
 }
 _MARKED = re.compile(r"<!-- section: (\S+) -->\n(.*?)\n<!-- end section: \1 -->", re.S)
 _FINDINGS = "## Findings (profiling notes"
@@ -561,9 +567,14 @@ SCENARIOS: dict[str, tuple[Callable[[Path, int, int], Row | list[Row]], int, int
     **cloud.SCENARIOS,
     **write.SCENARIOS,
     **zarr_many.SCENARIOS,
+    **many.SCENARIOS,
 }
 #: Names for groups of scenarios in ``--only``.
-GROUPS = {"cloud": list(cloud.SCENARIOS), "write": list(write.SCENARIOS)}
+GROUPS = {
+    "cloud": list(cloud.SCENARIOS),
+    "write": list(write.SCENARIOS),
+    "many": list(many.SCENARIOS),
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,9 @@ bytes too (:mod:`npystore.fetch.opening`), elsewhere ``info``.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -115,8 +117,10 @@ def open_reader(
         return RangeReader(
             fs, path, ObjectIdentity.from_info(name, opened), head=first, budget=budget
         )
-    info = opening.info_within(fs, path, name, budget)
     if isinstance(fs, LocalFileSystem):
         st = os.stat(path)
-        info = {"size": st.st_size, "mtime": st.st_mtime, "ino": st.st_ino, "type": info["type"]}
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory, expected a file", name)
+        return RangeReader(fs, path, ObjectIdentity.from_stat(name, st), budget=budget)
+    info = opening.info_within(fs, path, name, budget)
     return RangeReader(fs, path, ObjectIdentity.from_info(name, info), budget=budget)
