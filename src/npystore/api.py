@@ -20,12 +20,30 @@ from npystore.files.npy import header_from_prefix, open_layout_array, read_prefi
 from npystore.files.open import sniff, sniff_source
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE, NpyHeader
 from npystore.read.layout import ArrayLayout, RawExtent, Unpickle
-from npystore.write import save, savez, savez_compressed
 
 if TYPE_CHECKING:
     import dask.array as da
 
+    from npystore.faces.matfile import MatFile
+    from npystore.faces.npz import NpzArrays, NpzFile
+    from npystore.write import save, savez, savez_compressed
+
 __all__ = ["load", "open", "open_npy", "read_header", "save", "savez", "savez_compressed", "sniff"]
+
+#: The writers, imported on first use: they import dask.array (and through it much more),
+#: which :func:`load`, :func:`read_header` and ``npystore info``/``cat`` never need.
+_WRITERS: Final = frozenset({"save", "savez", "savez_compressed"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WRITERS:
+        from npystore import write  # noqa: PLC0415 - see _WRITERS
+
+        value = getattr(write, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Bytes :func:`load` asks for when it opens an S3 object: the header and the first data,
 #: so a file up to this size is read in one request (the whole file is read anyway). Not
@@ -203,7 +221,7 @@ def load(
     fix_imports: bool = True,
     encoding: str = "ASCII",
     mmap_mode: MmapMode | None = None,
-) -> Any:
+) -> np.ndarray[Any, Any] | NpzArrays:
     """Read a whole ``.npy`` file into a numpy array, eagerly and in parallel, as
     :func:`numpy.load` does; an ``.npz`` archive gives numpy's mapping of arrays.
 
@@ -323,7 +341,7 @@ def open(
     *,
     storage_options: StorageOptions = None,
     **kwargs: Any,
-) -> Any:
+) -> da.Array | NpzFile | MatFile:
     """Open any supported file, choosing the format by its magic bytes, not its extension.
 
     Parameters

@@ -4,7 +4,8 @@ Every remote byte range (and the GET that opens an S3 object) is read by
 :func:`read_ranges`: each range on its own, up to :data:`REMOTE_ATTEMPTS` attempts with
 exponential backoff and jitter, and all of them within one *time budget* per range
 (:data:`READ_BUDGET` seconds by default; ``storage_options={"npystore_read_budget": s}``
-or the environment variable ``NPYSTORE_READ_BUDGET``). The budget covers every attempt of
+or the environment variable ``NPYSTORE_READ_BUDGET``; the numbers live in
+:mod:`npystore.fetch.budget`). The budget covers every attempt of
 the range and the waits between them, so a server that trickles a body slower than it can
 ever finish (each socket read inside the client's ``read_timeout``) is cut when the budget
 runs out, and retries stacked under npystore's (botocore's own) are bounded by it too.
@@ -23,19 +24,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import os
 import random
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from npystore.errors import ConsistencyError, FetchError, NpystoreError
+from npystore.fetch.budget import (
+    BUDGET_ENV,
+    BUDGET_OPTION,
+    READ_BUDGET,
+    REMOTE_ATTEMPTS,
+    RETRY_DELAY,
+    RETRY_DELAY_MAX,
+    budget_from,
+)
 
 __all__ = [
     "BUDGET_ENV",
     "BUDGET_OPTION",
     "READ_BUDGET",
     "REMOTE_ATTEMPTS",
+    "RETRY_DELAY",
+    "RETRY_DELAY_MAX",
     "backoff_delay",
     "wait_to_retry",
     "budget_from",
@@ -45,52 +56,11 @@ __all__ = [
     "slots",
 ]
 
-#: Attempts for a remote range (short body, dropped connection, server error) before giving up.
-REMOTE_ATTEMPTS: Final = 6
-#: First retry delay in seconds; it doubles per attempt (plus up to 50% jitter), capped.
-RETRY_DELAY: Final = 0.05
-RETRY_DELAY_MAX: Final = 2.0
-#: Default time budget (seconds) of one remote range, all attempts and waits included.
-#: A range is at most 8 MiB (``npystore.fetch.transport.REMOTE_PART_SIZE``): 300 s is
-#: 28 KB/s per connection, i.e. a 2.2 Mbit/s link with botocore's 10 connections all busy
-#: (14 Mbit/s with the 64 of npystore's direct S3 session, 22 Mbit/s with aiohttp's 100 on
-#: http(s): a slower link wants fewer ``max_pool_connections`` or a larger budget); it is
-#: also aiohttp's default total timeout of a single request.
-READ_BUDGET: Final = 300.0
-#: The ``storage_options`` key that sets the budget (npystore removes it before fsspec sees
-#: the options).
-BUDGET_OPTION: Final = "npystore_read_budget"
-#: The environment variable that sets the budget when ``storage_options`` does not.
-BUDGET_ENV: Final = "NPYSTORE_READ_BUDGET"
-
 #: Exceptions that no retry can mend: configuration errors (a misspelled option is a
 #: ``TypeError`` from the first request), missing code, npystore's own verdicts. Not
 #: ``AttributeError``/``AssertionError``/``ValueError``: HTTP clients raise those on some
 #: dropped connections, which a retry mends.
 _FATAL: Final = (TypeError, NameError, ImportError, NotImplementedError, NpystoreError)
-
-
-def budget_from(value: Any = None) -> float:
-    """The time budget (seconds) of one remote read: ``value`` if given, else
-    :data:`BUDGET_ENV`, else :data:`READ_BUDGET`. ``inf`` means no budget.
-
-    Raises
-    ------
-    ValueError
-        The value is not a positive number of seconds.
-    """
-    source = BUDGET_OPTION
-    if value is None:
-        value, source = os.environ.get(BUDGET_ENV), BUDGET_ENV
-    if value is None or value == "":
-        return READ_BUDGET
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = math.nan
-    if not seconds > 0:  # NaN and non-positive
-        raise ValueError(f"{source} must be a positive number of seconds, got {value!r}")
-    return seconds
 
 
 def describe(problem: BaseException | str | None) -> str:

@@ -22,16 +22,20 @@ before its body is read (:class:`PinnedRanges`).
 from __future__ import annotations
 
 import abc
-import asyncio
 import os
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from npystore.errors import ConsistencyError
-from npystore.fetch import opening, remote
 from npystore.fetch.identity import ObjectIdentity
+
+if TYPE_CHECKING:
+    # the remote classes' machinery, imported when one is used (a local reader needs none)
+    import asyncio
+
+    from npystore.fetch import remote
 
 __all__ = [
     "REMOTE_PART_SIZE",
@@ -169,6 +173,8 @@ class AsyncRanges(RemoteTransport):
     ) -> Future[None]:
         """:meth:`readinto` on the event loop; the future is done when the read is (it is
         running from the start: ``cancel()`` does not stop it, waiting for it does)."""
+        import asyncio  # noqa: PLC0415 - see the imports above
+
         done: Future[None] = Future()
         done.set_running_or_notify_cancel()
         coro = self._fill_parts(requests)
@@ -218,6 +224,8 @@ class AsyncRanges(RemoteTransport):
     ) -> list[bytes | memoryview]:
         """Each range's bytes (or, with ``into``, each written into its view), retried per
         range within :attr:`budget`."""
+        from npystore.fetch import remote  # noqa: PLC0415 - see the imports above
+
         if not ranges:
             return []
         sem = await self.slots()
@@ -284,7 +292,9 @@ class PinnedRanges(AsyncRanges):
                 f"{version}, but version {self._want_version} was opened (the server ignored "
                 f"the pin); reopen it"
             )
-        match = opening.CONTENT_RANGE.fullmatch(content_range)
+        from npystore.fetch.opening import CONTENT_RANGE  # noqa: PLC0415
+
+        match = CONTENT_RANGE.fullmatch(content_range)
         if match and match.group(3) != "*" and int(match.group(3)) != self.identity.size:
             raise ConsistencyError(
                 f"{self.url}: the object is {match.group(3)} bytes now, {self.identity.size} "

@@ -20,7 +20,6 @@ import numpy as np
 
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader
-from npystore.read.inflate import TAIL, inflate_into, inflate_range_into
 from npystore.read.layout import (
     ArrayLayout,
     ChunkedExtent,
@@ -286,8 +285,12 @@ def _read_deflated(
 
     Inflating is sequential, so the whole selection is one uncompressed span (gaps cost
     inflate time, not requests) from the nearest checkpoint; a contiguous span is inflated
-    straight into the output buffer.
+    straight into the output buffer. (:mod:`npystore.read.inflate` and the deflate
+    machinery under it are imported here, on the first deflated read: an ``.npy`` file
+    never needs them.)
     """
+    from npystore.read.inflate import TAIL, inflate_into, inflate_range_into  # noqa: PLC0415
+
     member = storage.member
     if storage.nbytes == 0 and member.uncompressed_size <= TAIL:
         # no data: the member is (about) its header; inflating it checks its checksum
@@ -320,6 +323,8 @@ def _read_whole_deflated(
     reader: RangeReader, layout: ArrayLayout, storage: DeflatedExtent
 ) -> np.ndarray[Any, Any]:
     """The whole member in one sequential pass (CRC checked), viewed without a copy."""
+    from npystore.read.inflate import inflate_into  # noqa: PLC0415 - see _read_deflated
+
     buf = np.empty(storage.member.uncompressed_size, dtype=np.uint8)  # no zero-fill pass
     inflate_into(reader, storage.member, memoryview(buf.data))
     return np.ndarray(
@@ -330,6 +335,8 @@ def _read_whole_deflated(
 def _load_pickled(reader: RangeReader, layout: ArrayLayout) -> np.ndarray[Any, Any]:
     storage = layout.storage
     if isinstance(storage, DeflatedExtent):
+        from npystore.read.inflate import inflate_into  # noqa: PLC0415 - see _read_deflated
+
         whole = bytearray(storage.member.uncompressed_size)
         inflate_into(reader, storage.member, memoryview(whole))
         data = bytes(whole[storage.data_start :])
