@@ -101,7 +101,8 @@ def test_load_read_header_cat_info_of_small_local_files_load_no_heavy_library(
         f"    assert main(['cat', {c!r}]) == 0\n"
         f"    assert main(['info', {a!r}]) == 0\n"
         f"    assert main(['info', {b!r}]) == 0\n"
-        "assert out.getvalue().startswith('[2 3]\\n[[1. 1.]\\n [1. 1.]]\\n[0 1 2]\\n'), out.getvalue()\n"
+        "want = '[2 3]\\n[[1. 1.]\\n [1. 1.]]\\n[0 1 2]\\n'\n"
+        "assert out.getvalue().startswith(want), out.getvalue()\n"
     )
     assert _loaded_after(code, HEAVY + REMOTE) == []
 

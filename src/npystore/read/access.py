@@ -36,7 +36,7 @@ from npystore.read.layout import (
     plan_reads,
 )
 
-__all__ = ["LayoutArray", "convert_values", "normalize_key", "read_selection"]
+__all__ = ["LayoutArray", "as_records", "convert_values", "normalize_key", "read_selection"]
 
 #: Pieces fetched per batch (bounds memory and keeps many requests in flight).
 _BATCH: Final = 1024
@@ -44,6 +44,22 @@ _BATCH: Final = 1024
 _UNBOUNDED: Final = 1 << 62
 
 Key = tuple[Any, ...]
+
+
+def as_records(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``array`` viewed as whole records (unstructured ``np.void`` of its itemsize) when its
+    dtype is structured, else ``array`` itself: copies and index results through the view
+    keep every byte of each record.
+
+    numpy copies structured values field by field (assignment, ``copy``, fancy indexing),
+    so the padding bytes between fields would be whatever the destination held (for a new
+    buffer, uninitialised memory); ``numpy.load`` gives the file's bytes. Every buffer npystore
+    assembles from pieces copies through this view (no copy is made here).
+    """
+    dtype = array.dtype
+    if dtype.names is None or dtype.hasobject:
+        return array
+    return array.view(np.dtype((np.void, dtype.itemsize)))
 
 
 def normalize_key(key: Any, shape: tuple[int, ...]) -> tuple[Hyperslab, Key]:
@@ -238,7 +254,7 @@ def _read_batch(
             view: np.ndarray[Any, Any] = np.ndarray(
                 piece.shape, dtype=plan.layout.dtype, buffer=data, strides=plan.strides
             )
-            out[tuple(slice(b, e) for b, e in piece.region)] = view
+            as_records(out)[tuple(slice(b, e) for b, e in piece.region)] = as_records(view)
 
 
 def convert_values(
@@ -275,7 +291,8 @@ def _read_inline(
     whole: np.ndarray[Any, Any] = np.ndarray(
         layout.shape, dtype=layout.dtype, buffer=storage.data, order=layout.order
     )
-    return np.array(whole[_as_index(selection)], order=layout.order)
+    picked = np.array(as_records(whole)[_as_index(selection)], order=layout.order)
+    return picked.view(layout.dtype)
 
 
 def _read_deflated(
@@ -315,7 +332,7 @@ def _read_deflated(
         view: np.ndarray[Any, Any] = np.ndarray(
             piece.shape, dtype=layout.dtype, buffer=span, strides=plan.strides
         )
-        out[tuple(slice(b, e) for b, e in piece.region)] = view
+        as_records(out)[tuple(slice(b, e) for b, e in piece.region)] = as_records(view)
     return out
 
 
@@ -435,7 +452,9 @@ class LayoutArray:
             picked: np.ndarray[Any, Any] = whole[index][(*post, Ellipsis)]
             return picked
         result = read_selection(self.reader, self.layout, selection)
-        return np.asarray(result[(*post, Ellipsis)])
+        # through the records view: index arrays copy, and must keep the padding bytes
+        picked = as_records(result)[(*post, Ellipsis)]
+        return np.asarray(picked if picked.dtype == result.dtype else picked.view(result.dtype))
 
     def read(self, *, parallel: bool = True) -> np.ndarray[Any, Any]:
         """Read the whole array into one new array (large local reads use threads)."""
