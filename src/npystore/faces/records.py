@@ -17,22 +17,23 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
-from dask.array.core import chunks_from_arrays, concrete, slices_from_chunks
+from dask.array.core import chunks_from_arrays, slices_from_chunks
 from dask.core import flatten
+from dask.utils import concrete
 
 from npystore.read.access import as_records
 
 __all__ = ["RecordArray", "finalize_records", "keep_records"]
 
 
-class RecordArray(da.Array):  # type: ignore[misc] # dask is untyped
+class RecordArray(da.Array):
     """A dask array of structured values whose computed result keeps each record's bytes."""
 
     def __dask_postcompute__(self) -> tuple[Any, tuple[()]]:
         return finalize_records, ()
 
     def __getitem__(self, index: Any) -> Any:
-        return keep_records(super().__getitem__(index))
+        return keep_records(super().__getitem__(index))  # type: ignore[no-untyped-call]
 
 
 def keep_records(array: Any) -> Any:
@@ -41,15 +42,18 @@ def keep_records(array: Any) -> Any:
         return array
     if array.dtype.names is None or array.dtype.hasobject:
         return array
-    return RecordArray(array.dask, array.name, array.chunks, meta=array._meta)
+    return RecordArray(  # type: ignore[no-untyped-call]
+        array.dask, array.name, array.chunks, meta=array._meta
+    )
 
 
 def finalize_records(results: Any) -> np.ndarray[Any, Any]:
     """The computed chunks (nested lists, one level per dimension) as one new array, each
     copied through its whole-record view (dask's ``finalize``, without the field-by-field
     copies)."""
-    arrays = concrete(results)
-    blocks = [np.asarray(b) for b in flatten(arrays, container=(list, tuple))]
+    arrays = concrete(results)  # type: ignore[no-untyped-call]
+    flat = flatten(arrays, container=(list, tuple))  # type: ignore[no-untyped-call]
+    blocks = [np.asarray(b) for b in flat]
     if not blocks:
         return np.empty(0)
     if len(blocks) == 1:  # one chunk: a copy (a chunk may be a view of a cached buffer)
@@ -57,9 +61,10 @@ def finalize_records(results: Any) -> np.ndarray[Any, Any]:
         out = np.empty(block.shape, dtype=block.dtype)
         as_records(out)[...] = as_records(block)
         return out
-    chunks = chunks_from_arrays(arrays)
+    chunks = chunks_from_arrays(arrays)  # type: ignore[no-untyped-call]
     out = np.empty(tuple(map(sum, chunks)), dtype=blocks[0].dtype)
     raw = as_records(out)
-    for where, block in zip(slices_from_chunks(chunks), blocks, strict=True):
+    slices = slices_from_chunks(chunks)  # type: ignore[no-untyped-call]
+    for where, block in zip(slices, blocks, strict=True):
         raw[where] = as_records(block)
     return out
