@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -51,11 +50,13 @@ class CatFileRanges(AsyncRanges):
 
         return one
 
-    async def slots(self) -> asyncio.Semaphore | None:
+    async def slots(self) -> remote.Limiter | None:
         from fsspec.asyn import _get_batch_size  # noqa: PLC0415 - what fsspec's gather uses
 
         fs: Any = self.fs
-        return remote.slots(fs, getattr(fs, "batch_size", None) or _get_batch_size(nofiles=True))
+        most = getattr(fs, "batch_size", None) or _get_batch_size(nofiles=True)
+        advice = "ask for fewer at once with storage_options={{'batch_size': {n}}}"
+        return remote.slots(fs, most, advice)
 
 
 class CatRangesRounds(RemoteTransport):

@@ -14,7 +14,6 @@ body or retrying, saying to read it through ``simplecache::`` or a download.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any, ClassVar, Final
 
@@ -112,10 +111,14 @@ class HttpRanges(PinnedRanges):
 
         return one
 
-    async def slots(self) -> asyncio.Semaphore | None:
+    async def slots(self) -> remote.Limiter | None:
         session = await self.fs.set_session()
         connector = getattr(session, "connector", None)
-        return remote.slots(session, getattr(connector, "limit", None))
+        advice = (
+            "ask for fewer at once with storage_options={{'client_kwargs': {{'connector': "
+            "aiohttp.TCPConnector(limit={n})}}}}"
+        )
+        return remote.slots(session, getattr(connector, "limit", None), advice)
 
     async def _gather(
         self, ranges: list[tuple[int, int]], into: list[memoryview] | None

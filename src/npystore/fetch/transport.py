@@ -33,7 +33,6 @@ from npystore.fetch.identity import ObjectIdentity
 
 if TYPE_CHECKING:
     # the remote classes' machinery, imported when one is used (a local reader needs none)
-    import asyncio
 
     from npystore.fetch import remote
 
@@ -199,9 +198,10 @@ class AsyncRanges(RemoteTransport):
         """One attempt at range ``k``: its bytes, or (with ``into``) written into ``into[k]``."""
 
     @abc.abstractmethod
-    async def slots(self) -> asyncio.Semaphore | None:
-        """As many slots as the connection pool of this backend's requests has: a range's
-        budget runs only while it holds one (see :func:`npystore.fetch.remote.slots`)."""
+    async def slots(self) -> remote.Limiter | None:
+        """The limit of requests in flight of this backend's connection pool (at most its
+        size, adapting to the server): a range's budget runs only while it holds a permit
+        (see :func:`npystore.fetch.remote.slots`)."""
 
     def _sync(self, func: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
         """``await func(*args)`` on fsspec's event loop; its result."""
@@ -277,7 +277,12 @@ class PinnedRanges(AsyncRanges):
         """A response (S3, http) must come from the object opened: the same ETag (S3 always
         sends one, and so must an http server that sent a strong one at open), the same
         version id when both have one, and a ``Content-Range`` total equal to the size at
-        open. Checked before the body is read, whatever the server did with the pin."""
+        open. Checked before the body is read, whatever the server did with the pin. (The
+        answer has begun: noted for the pool's limiter, see
+        :func:`~npystore.fetch.remote.first_byte`.)"""
+        from npystore.fetch import remote  # noqa: PLC0415 - see the imports above
+
+        remote.first_byte()
         want = self._want_etag
         if want is not None and not _same_etag(want, etag, strict=self.strict_etag):
             got = f"ETag {etag}" if etag else "no ETag"
