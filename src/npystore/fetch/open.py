@@ -29,11 +29,12 @@ OPEN_HEAD: Final = 128
 def write_object(url: str, data: bytes, storage_options: Mapping[str, Any] | None = None) -> None:
     """Write ``data`` as the whole object at ``url`` (any fsspec URL; the package's tools'
     small outputs, e.g. ``npystore refs -o``)."""
-    import fsspec  # noqa: PLC0415 - the fetch layer's own dependency, loaded when used
+    from npystore.fetch import opening  # noqa: PLC0415 - fsspec, loaded when used
 
     options = dict(storage_options or {})
     options.pop(BUDGET_OPTION, None)  # npystore's own, for reads
-    with fsspec.open(url, "wb", **options) as f:
+    fs, path = opening.filesystem(url, options)
+    with fs.open(path, "wb") as f:
         f.write(data)
 
 
