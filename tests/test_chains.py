@@ -61,3 +61,32 @@ def test_s3_opens_after_xarray_kerchunk_engine_with_the_same_options(s3: Any) ->
     # asked for outright, an asynchronous instance is not taken either
     explicit = {**s3.storage_options, "asynchronous": True}
     np.testing.assert_array_equal(npystore.load(url, storage_options=explicit), a)
+
+
+@pytest.mark.s3
+def test_block_cache_moves_only_the_blocks_a_slice_needs(s3: Any, tmp_path: Path) -> None:
+    """``blockcache::s3://``: a slice moves the blocks it touches, and a block as large as
+    s3fs's default (50 MiB: a 10-row slice moved a whole 49 MB file) gets a warning that
+    names the option for smaller blocks (issue 26 item 17)."""
+    import fsspec
+
+    from npystore.testing import RequestCounter
+
+    a = np.arange(400_000.0).reshape(-1, 10)  # 3.2 MB
+    url = s3.put_bytes(_npy(a), "blocks.npy")
+    s3_options = {**s3.storage_options, "default_block_size": 2**20}
+    counter = RequestCounter.attach(fsspec.filesystem("s3", **s3_options))
+    options = {"s3": s3_options, "blockcache": {"cache_storage": str(tmp_path / "c1")}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 1 MiB blocks: no warning
+        with counter.measure() as m:
+            arr = npystore.open_npy(f"blockcache::{url}", storage_options=options, chunks=1000)
+            np.testing.assert_array_equal(arr[1000:1010].compute(), a[1000:1010])
+            np.testing.assert_array_equal(arr[30_000:30_010].compute(), a[30_000:30_010])
+            np.testing.assert_array_equal(arr[30_000:30_010].compute(), a[30_000:30_010])
+    assert m.gets == 2  # block 0 (the header and the first slice) and the second slice's
+    assert m.bytes == 2 * 2**20
+    defaults = {"s3": s3.storage_options, "blockcache": {"cache_storage": str(tmp_path / "c2")}}
+    with pytest.warns(UserWarning, match=r"blocks of 50 MiB .*'default_block_size'"):
+        got = npystore.load(f"blockcache::{url}", storage_options=defaults)
+    np.testing.assert_array_equal(got, a)

@@ -51,9 +51,11 @@ def transport_for(
         return LocalRanges(path, identity)
     # the remote backends, imported for a remote object only (they bring asyncio and fsspec)
     from npystore.fetch.generic import (  # noqa: PLC0415
+        BlockCacheRanges,
         CatFileRanges,
         CatRangesRounds,
         default_cat_ranges,
+        is_block_cache,
     )
     from npystore.fetch.http import HttpRanges, is_http  # noqa: PLC0415
     from npystore.fetch.s3 import S3Ranges, is_s3  # noqa: PLC0415
@@ -62,6 +64,8 @@ def transport_for(
         return S3Ranges(fs, path, identity, budget)
     if is_http(fs):
         return HttpRanges(fs, path, identity, budget)
+    if is_block_cache(fs):
+        return BlockCacheRanges(fs, path, identity, budget)
     if getattr(fs, "async_impl", False) and default_cat_ranges(fs):
         return CatFileRanges(fs, path, identity, budget)
     return CatRangesRounds(fs, path, identity, budget)
