@@ -53,7 +53,7 @@ def test_limiter_halves_once_per_round_and_grows_back() -> None:
         assert 6 < lim.limit <= 8
         before = lim.limit
         late = await lim.acquire()
-        lim.record(late, failed=False, first_byte=2.0)  # 200 times the fastest: the server queues
+        lim.record(late, failed=False, first_byte=5.0)  # 500 times the fastest: the server queues
         lim.release()
         assert lim.limit == before * remote.CUT_ON_LATE
 

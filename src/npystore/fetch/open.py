@@ -104,7 +104,8 @@ def open_reader(
     budget = budget_from(options.pop(BUDGET_OPTION, None))
     plain = None if options else local_path(os.fspath(url))
     if plain is not None:  # no fsspec: it costs more to import than a small file to read
-        return RangeReader(None, plain, ObjectIdentity.from_info(plain, stat_info(plain)))
+        identity = ObjectIdentity.from_info(plain, stat_info(plain))
+        return RangeReader(None, plain, identity, budget=budget)
     # a remote object (or options for fsspec): the opening machinery and the backends
     from npystore.fetch import opening  # noqa: PLC0415
     from npystore.fetch.s3 import is_s3  # noqa: PLC0415

@@ -149,7 +149,7 @@ CUT_ON_FAILURE: Final = 0.5
 #: :data:`LATE_FACTOR` times the fastest first byte seen, and :data:`LATE_SLACK` seconds more).
 CUT_ON_LATE: Final = 0.75
 LATE_FACTOR: Final = 4.0
-LATE_SLACK: Final = 1.0
+LATE_SLACK: Final = 3.0
 
 
 class Limiter:
