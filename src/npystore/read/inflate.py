@@ -3,7 +3,8 @@
 - :func:`inflate_into` inflates a whole member in one sequential pass (ISA-L when
   installed) straight into a caller's buffer, checking the CRC-32.
 - :func:`inflate_range_into` / :func:`inflate_range` give output ``[start, stop)``: from the
-  archive's own block index when it has one (each block checked); else from the member's
+  archive's own block index when it has one and every block up to the range passes its
+  check (:mod:`npystore.read.blocks`); else from the member's
   checkpoint index (:mod:`npystore.read.index`: one range read and a short inflate from
   the nearest checkpoint); for a first compute of a member with no index, from the member
   inflated whole once and kept until read; else a sequential pass from the start that
@@ -15,15 +16,15 @@ All bytes are read through :class:`~npystore.fetch.RangeReader`.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import numpy as np
 
-from npystore.errors import FormatError
 from npystore.fetch import RangeReader
 from npystore.formats import deflate
 from npystore.formats.deflate import DeflateIndex
 from npystore.read import memo
+from npystore.read.blocks import read_blocks
 from npystore.read.index import (
     INDEX_SPACING,
     MemberGzipFile,
@@ -40,9 +41,6 @@ from npystore.read.layout import DeflatedMember
 from npystore.read.memo import MEMO_MEMBER, compressed_range
 from npystore.read.sequential import STREAM_BLOCK, check_full_pass, stream
 from npystore.read.slot import IndexSlot
-
-if TYPE_CHECKING:
-    from npystore.formats.zipdir import BlockIndex  # zipdir loads only for archives
 
 __all__ = [
     # re-exported from npystore.read.index (their home since it was split from here)
@@ -67,8 +65,11 @@ HEAD_FRACTION: Final = 8
 #: a few milliseconds) rather than indexed.
 SMALL_MEMBER: Final = STREAM_BLOCK
 #: Members inflating to at most this many bytes are inflated whole, and kept until read, when
-#: a chunk read finds no index (see :func:`_index_or_whole`).
+#: a chunk read of a compute finds no index (see :func:`_index_or_whole`).
 KEEP_MEMBER: Final = 256 * 2**20
+#: A read counts as a chunk of a compute of the whole member (which keeps the member
+#: inflated) when it asks for at least 1/KEEP_SHARE of it; a smaller slice builds the index.
+KEEP_SHARE: Final = 64
 #: A pass from the start that stops at most this many bytes before the member's end goes on
 #: to the end, so that it checks the CRC-32 (bytes some writers leave after the array data).
 TAIL: Final = 64 * 2**10
@@ -84,16 +85,20 @@ def inflate_into(reader: RangeReader, member: DeflatedMember, out: memoryview) -
 
 
 def _index_or_whole(
-    reader: RangeReader, member: DeflatedMember, slot: IndexSlot
+    reader: RangeReader, member: DeflatedMember, slot: IndexSlot, want: int
 ) -> DeflateIndex | None:
-    """What a chunk read of a member with no index yet in this process uses: the index from
-    the cache, else for a member of at most :data:`KEEP_MEMBER` bytes (whose compressed
-    bytes :mod:`npystore.read.memo` keeps) the whole member inflated once and kept until
-    its bytes have been read (``None``; the index is then built in the background and
-    cached, for later processes), else the index built now.
+    """What a read of ``want`` bytes of a member with no index yet in this process uses: the
+    index from the cache; else, for a read that looks like a chunk of a compute of the whole
+    member (at least 1/:data:`KEEP_SHARE` of it) of a member of at most :data:`KEEP_MEMBER`
+    bytes (whose compressed bytes :mod:`npystore.read.memo` keeps), when the keep budget
+    has room for it (:func:`npystore.read.memo.reserve`, counting members being inflated by
+    other threads), the whole member inflated once and kept until its bytes have been read
+    (``None``; the index is then built in the background and cached, for later processes);
+    else the index built now.
 
     A dask compute of a member with no index would otherwise pass over it twice: once to
-    build the index, once more, chunk by chunk, from its checkpoints.
+    build the index, once more, chunk by chunk, from its checkpoints. A small slice does not
+    keep the member: it would hold the whole member after returning a few bytes.
     """
     if slot.inflated() is not None:  # another chunk's call kept it
         return None
@@ -101,10 +106,19 @@ def _index_or_whole(
     if cached is not None:
         return cached
     size = member.uncompressed_size
-    if size > KEEP_MEMBER or member.compressed_size > MEMO_MEMBER or not memo.make_room(size):
+    if (
+        size > KEEP_MEMBER
+        or want * KEEP_SHARE < size
+        or member.compressed_size > MEMO_MEMBER
+        or not memo.reserve(slot, size)
+    ):
         return build_and_cache_index(reader, member, slot.cache_dir)  # (nothing cached)
-    whole = memoryview(np.empty(size, np.uint8).data)  # not zero-filled: all is written
-    inflate_into(reader, member, whole)  # checks the CRC-32
+    try:
+        whole = memoryview(np.empty(size, np.uint8).data)  # not zero-filled: all is written
+        inflate_into(reader, member, whole)  # checks the CRC-32
+    except BaseException:
+        memo.release(slot)
+        raise
     slot.keep(whole, until_read=True)
     memo.held(slot, size)
     build_in_background(reader, member, slot)
@@ -116,8 +130,9 @@ def inflate_range_into(
 ) -> None:
     """Fill ``out`` with uncompressed bytes ``[start, start + len(out))`` of a member.
 
-    Uses the member's index: from the cache, else for a member of at most
-    :data:`KEEP_MEMBER` bytes the member is inflated whole once and kept until read (the
+    Uses the member's index: from the cache, else for a chunk of a compute (at least
+    1/:data:`KEEP_SHARE` of the member) of a member of at most :data:`KEEP_MEMBER` bytes,
+    within the keep budget, the member is inflated whole once and kept until read (the
     index built in the background, for later processes), else the index is built first
     (once per process) if an index builder is installed; without one, for a small member
     (:data:`SMALL_MEMBER`), or for a range in the first ``1 / HEAD_FRACTION`` of a member
@@ -141,8 +156,7 @@ def inflate_range_into(
         return
     if slot.serve(start, out):
         return
-    if member.blocks is not None:
-        _inflate_blocks(reader, member, member.blocks, start, out)
+    if member.blocks is not None and read_blocks(reader, member, slot, start, out):
         return
     if member.compressed_size <= SMALL_MEMBER or (
         slot.get() is None and stop <= member.uncompressed_size // HEAD_FRACTION
@@ -151,7 +165,7 @@ def inflate_range_into(
         # inflate from the start than to index first (an index is a whole pass)
         index = slot.get()
     else:
-        index = slot.ensure(functools.partial(_index_or_whole, reader, member, slot))
+        index = slot.ensure(functools.partial(_index_or_whole, reader, member, slot, out.nbytes))
         if index is None and slot.serve(start, out):
             return
     if index is None:
@@ -172,45 +186,6 @@ def inflate_range_into(
         out,
         source=f"{reader.url}:{member.name}",
     )
-
-
-def _inflate_blocks(
-    reader: RangeReader, member: DeflatedMember, blocks: BlockIndex, start: int, out: memoryview
-) -> None:
-    """Output ``[start, start + len(out))`` from the member's independent blocks: one range
-    read of the blocks holding it, each inflated without a dictionary and checked against
-    the block index (its size, its compressed bytes consumed exactly, its CRC-32): an index
-    that does not describe the stream raises :class:`FormatError`, never returns other
-    bytes."""
-    source = f"{reader.url}:{member.name}"
-    stop = start + out.nbytes
-    i, j = blocks.span(start, stop)
-    coff, uoff = blocks.coffsets, blocks.uoffsets
-    compressed = memoryview(compressed_range(reader, member, coff[i], coff[j]))
-    last = len(blocks.usizes) - 1
-    for k in range(i, j):
-        piece = compressed[coff[k] - coff[i] : coff[k + 1] - coff[i]]
-        d = deflate.raw_decompressobj()
-        try:
-            data = d.decompress(piece, blocks.usizes[k] + 1)
-        except deflate.INFLATE_ERRORS as exc:
-            raise FormatError(
-                f"{source}: deflate block {k} (compressed bytes {coff[k]}..{coff[k + 1]}) does "
-                f"not inflate on its own as the archive's block index says: {exc}"
-            ) from None
-        consumed = not d.unconsumed_tail and not d.unused_data
-        if len(data) != blocks.usizes[k] or not consumed or d.eof != (k == last):
-            raise FormatError(
-                f"{source}: deflate block {k} inflates to {len(data)} bytes (the block index "
-                f"says {blocks.usizes[k]}) or does not end where the index says"
-            )
-        if deflate.crc32(data) != blocks.crcs[k]:
-            raise FormatError(
-                f"{source}: CRC-32 of deflate block {k} is {deflate.crc32(data):08x}, the "
-                f"block index says {blocks.crcs[k]:08x}"
-            )
-        lo, hi = max(start, uoff[k]), min(stop, uoff[k + 1])
-        out[lo - start : hi - start] = memoryview(data)[lo - uoff[k] : hi - uoff[k]]
 
 
 def inflate_range(

@@ -59,7 +59,9 @@ __all__ = [
     "compressed_range",
     "forget",
     "held",
-    "make_room",
+    "kept_bytes",
+    "release",
+    "reserve",
 ]
 
 #: Members with at most this many compressed bytes have their compressed bytes kept.
@@ -240,35 +242,62 @@ def compressed_range(
 
 
 #: Most inflated bytes of whole members kept for chunk reads in one process
-#: (:meth:`~npystore.read.layout.IndexSlot.keep` with ``until_read``).
+#: (:meth:`~npystore.read.slot.IndexSlot.keep` with ``until_read``), counting the members
+#: being inflated to be kept (:func:`reserve`).
 KEEP_BUDGET: Final = 256 * 2**20
 
 _held: OrderedDict[int, tuple[weakref.ref[IndexSlot], int]] = OrderedDict()
+#: Members being inflated whole to be kept: ``id(slot)`` -> bytes reserved.
+_reserved: dict[int, int] = {}
 
 
-def make_room(nbytes: int) -> bool:
-    """Make room for ``nbytes`` more inflated bytes within :data:`KEEP_BUDGET`, dropping
-    the oldest kept members; False when ``nbytes`` alone is over the budget."""
+def reserve(slot: IndexSlot, nbytes: int) -> bool:
+    """Reserve ``nbytes`` of :data:`KEEP_BUDGET` for ``slot``'s member, about to be inflated
+    whole and kept; False when there is no room (the caller takes a bounded path).
+
+    What counts against the budget: the members kept (the least recently kept are dropped
+    to make room) and the reservations of members still being inflated (never dropped),
+    so the budget holds whatever the number of threads. :func:`held` turns the reservation
+    into a kept member, :func:`release` gives it back.
+    """
     if nbytes > KEEP_BUDGET:
         return False
     with _registry_lock:
         live = [(k, ref, n) for k, (ref, n) in _held.items() if _holds(ref)]
         _held.clear()
         _held.update((k, (ref, n)) for k, ref, n in live)
-        total = sum(n for _, _, n in live)
+        total = sum(n for _, _, n in live) + sum(_reserved.values())
         while _held and total + nbytes > KEEP_BUDGET:
             _, (ref, n) = _held.popitem(last=False)
-            slot = ref()
-            if slot is not None:
-                slot.drop()
+            kept = ref()
+            if kept is not None:
+                kept.drop()
             total -= n
+        if total + nbytes > KEEP_BUDGET:
+            return False
+        _reserved[id(slot)] = _reserved.get(id(slot), 0) + nbytes
     return True
 
 
-def held(slot: IndexSlot, nbytes: int) -> None:
-    """Count ``slot``'s kept inflated bytes against :data:`KEEP_BUDGET`."""
+def release(slot: IndexSlot) -> None:
+    """Give back ``slot``'s reservation (its inflate failed or was not kept)."""
     with _registry_lock:
+        _reserved.pop(id(slot), None)
+
+
+def held(slot: IndexSlot, nbytes: int) -> None:
+    """Count ``slot``'s kept inflated bytes against :data:`KEEP_BUDGET` (in place of its
+    reservation)."""
+    with _registry_lock:
+        _reserved.pop(id(slot), None)
         _held[id(slot)] = (weakref.ref(slot), nbytes)
+
+
+def kept_bytes() -> int:
+    """Inflated bytes kept and reserved now (what :data:`KEEP_BUDGET` bounds)."""
+    with _registry_lock:
+        kept = sum(n for ref, n in _held.values() if _holds(ref))
+        return kept + sum(_reserved.values())
 
 
 def _holds(ref: weakref.ref[IndexSlot]) -> bool:

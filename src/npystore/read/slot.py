@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol, TypeVar
 
 from npystore.formats.deflate import DeflateIndex
 
 __all__ = ["UNREAD_SLACK", "IndexSlot"]
+
+
+class _Chain(Protocol):
+    @property
+    def checked(self) -> int: ...
+
+
+_C = TypeVar("_C", bound=_Chain)
 
 
 #: Bytes of a member kept ``until_read`` that may stay unread when it is released (its npy
@@ -25,13 +33,22 @@ UNREAD_SLACK: Final = 64 * 2**10
 class IndexSlot:
     """A member's checkpoint index: empty until built, built at most once per process.
 
-    Pickles with its current content (an index built on the client travels with the graph);
-    the lock does not travel, nor does a member's inflated bytes kept in this process
+    Pickles with its current content (an index built on the client travels with the graph,
+    as does how many pieces of a block index passed their check, :meth:`block_chain`); the
+    lock does not travel, nor does a member's inflated bytes kept in this process
     (:meth:`keep`): a graph stays small, and a worker inflates what it reads itself.
     """
 
-    def __init__(self, index: DeflateIndex | None = None, cache_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        index: DeflateIndex | None = None,
+        cache_dir: str | None = None,
+        blocks_checked: int = 0,
+    ) -> None:
         self._index = index
+        self._blocks_checked = blocks_checked
+        self._chain: Any = None
+        self._chain_lock = threading.Lock()
         #: Local directory where indexes are kept between processes and sessions (or None).
         self.cache_dir = cache_dir
         self._lock = threading.Lock()
@@ -70,8 +87,19 @@ class IndexSlot:
         """Forget the kept output (memory budget)."""
         self._inflated = self._unread = None
 
+    def block_chain(self, make: Callable[[int], _C]) -> _C:
+        """The member's block chain (:class:`npystore.read.blocks.BlockChain`), made once
+        by ``make(pieces already checked)``."""
+        with self._chain_lock:
+            if self._chain is None:
+                self._chain = make(self._blocks_checked)
+            chain: _C = self._chain
+            return chain
+
     def __reduce__(self) -> tuple[Callable[..., IndexSlot], tuple[Any, ...]]:
-        return (IndexSlot, (self._index, self.cache_dir))
+        chain = self._chain
+        checked = self._blocks_checked if chain is None else chain.checked
+        return (IndexSlot, (self._index, self.cache_dir, checked))
 
     def __repr__(self) -> str:
         state = "empty" if self._index is None else f"{len(self._index.checkpoints)} checkpoints"

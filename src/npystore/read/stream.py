@@ -123,15 +123,19 @@ class StreamInflater:
                 )
 
     def _fetch(self) -> bytes:
-        """The next piece of the compressed stream, shifted to the resume point's bit."""
+        """The next piece of the compressed stream; the first after a resume within a byte
+        starts with empty blocks that end where the resume point's block starts
+        (:func:`npystore.formats.deflate.resume_head`)."""
         csize = self._member.compressed_size
         n = min(self._piece, csize - self._next)
-        extra = 1 if self._shift and self._next + n < csize else 0
         base = self._member.offset + self._next
-        data = self._reader.read(base, base + n + extra)
+        data = self._reader.read(base, base + n)
         self._next += n
         self._piece = min(STREAM_BLOCK, 2 * self._piece)
-        return deflate.shift_bits(data, self._shift)[:n] if self._shift else data
+        if self._shift and data:
+            data = deflate.resume_head(data[0], self._shift) + bytes(data[1:])
+            self._shift = 0  # byte boundaries are the stream's from here on
+        return data
 
     def _check(self, chunk: bytes) -> None:
         if self._crc is None:
