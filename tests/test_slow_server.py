@@ -76,6 +76,39 @@ def test_a_cancelled_waiter_passes_its_permit_on() -> None:
     asyncio.run(run())
 
 
+def test_each_server_has_its_limit_and_the_pool_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Pool:  # a session or client (weakly referable)
+        pass
+
+    async def run() -> None:
+        pool = Pool()
+        slow, other = remote.slots(pool, 4, server="slow:1"), remote.slots(pool, 4, server="b:2")
+        assert slow is not None
+        assert other is not None
+        assert slow is not other
+        assert remote.slots(pool, 4, server="slow:1") is slow
+        tickets = [await slow.acquire() for _ in range(3)]
+        slow.record(tickets[0], failed=True)
+        assert (slow.limit, other.limit) == (2, 4)  # the other server keeps its limit
+        await other.acquire()  # the pool's 4th connection
+        waiting = asyncio.ensure_future(other.acquire())
+        await asyncio.sleep(0)
+        assert not waiting.done()  # the pool is full, whatever the server
+        slow.release()
+        await waiting
+        for _ in range(2):
+            slow.release()
+        other.release()
+        other.release()
+        monkeypatch.setattr(remote, "FORGET_AFTER", 0.0)
+        await asyncio.sleep(0.01)
+        await slow.acquire()  # a pause after the cut: the limit starts again from the top
+        assert slow.limit == 4
+        slow.release()
+
+    asyncio.run(run())
+
+
 # -- a server that serves one request at a time --------------------------------------------
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any, ClassVar, Final
+from urllib.parse import urlsplit
 
 from npystore.errors import ConsistencyError, UnsupportedError
 from npystore.fetch import remote, s3direct
@@ -118,7 +119,8 @@ class HttpRanges(PinnedRanges):
             "ask for fewer at once with storage_options={{'client_kwargs': {{'connector': "
             "aiohttp.TCPConnector(limit={n})}}}}"
         )
-        return remote.slots(session, getattr(connector, "limit", None), advice)
+        server = urlsplit(self.path).netloc  # one session serves every host
+        return remote.slots(session, getattr(connector, "limit", None), advice, server)
 
     async def _gather(
         self, ranges: list[tuple[int, int]], into: list[memoryview] | None

@@ -62,6 +62,7 @@ __all__ = [
     "is_fatal",
     "CUT_ON_FAILURE",
     "CUT_ON_LATE",
+    "FORGET_AFTER",
     "LATE_FACTOR",
     "LATE_SLACK",
     "Limiter",
@@ -141,7 +142,7 @@ def limit(seconds: float) -> asyncio.Timeout:
     return asyncio.timeout(None if math.isinf(seconds) else max(seconds, 0.0))
 
 
-# -- requests in flight: one adaptive limit per connection pool ----------------------------
+# -- requests in flight: one adaptive limit per server and connection pool ------------------
 
 #: Factor the limit is multiplied by when the server fails or times out (AIMD's decrease).
 CUT_ON_FAILURE: Final = 0.5
@@ -150,11 +151,14 @@ CUT_ON_FAILURE: Final = 0.5
 CUT_ON_LATE: Final = 0.75
 LATE_FACTOR: Final = 4.0
 LATE_SLACK: Final = 3.0
+#: Seconds after its last cut that a limit starts again from the pool's size, at the next
+#: request after a pause (nothing in flight): a server slow a while ago may not be now.
+FORGET_AFTER: Final = 60.0
 
 
 class Limiter:
-    """Requests in flight to one server (one connection pool): at most :attr:`limit`, which
-    adapts to what the server can answer (additive increase, multiplicative decrease).
+    """Requests in flight to one server over one connection pool: at most :attr:`limit`,
+    which adapts to what the server can answer (additive increase, multiplicative decrease).
 
     A range holds one permit per attempt (``ticket = await acquire()``, then
     :meth:`release`) and reports how the attempt went (:meth:`record`). A failure that
@@ -166,7 +170,8 @@ class Limiter:
     started after the last cut can cut again, so a burst of failures of the requests
     already in flight counts once (as TCP's congestion window does per round trip).
     Retries wait for a permit under the lowered limit: a slow server gets fewer requests
-    at once instead of the same number again.
+    at once instead of the same number again. :data:`FORGET_AFTER` seconds after the last
+    cut, a request that finds nothing in flight starts the limit again from :attr:`most`.
 
     Parameters
     ----------
@@ -174,11 +179,15 @@ class Limiter:
         The most requests at once (the connection pool's size).
     advice : str
         How to ask for fewer at once with this backend's options (for messages).
+    pool : asyncio.Semaphore, optional
+        The connection pool's own permits, shared by the limiters of every server it talks
+        to (a permit of each is held), so that the pool's size holds in all.
     """
 
-    def __init__(self, most: int, advice: str = "") -> None:
+    def __init__(self, most: int, advice: str = "", pool: asyncio.Semaphore | None = None) -> None:
         self.most = most
         self.advice = advice
+        self.pool = pool
         #: The current limit (a float: additive increase adds fractions).
         self.limit = float(most)
         #: The lowest the limit fell to.
@@ -189,12 +198,33 @@ class Limiter:
         self._started = 0  # tickets handed out
         self._cut_after = 0  # attempts with a ticket up to this one started before the last cut
         self._fastest = math.inf  # the earliest first byte seen (seconds after sending)
+        self._cut_at = -math.inf  # loop time of the last cut
 
     def _cap(self) -> int:
         return max(1, int(self.limit))
 
     async def acquire(self) -> int:
-        """Wait for a permit (first come, first served); the attempt's ticket."""
+        """Wait for a permit (first come, first served), and one of the pool's; the
+        attempt's ticket."""
+        ticket = await self._acquire_own()
+        if self.pool is not None:
+            try:
+                await self.pool.acquire()
+            except BaseException:
+                self._release_own()
+                raise
+        return ticket
+
+    def release(self) -> None:
+        """Give the permits back."""
+        if self.pool is not None:
+            self.pool.release()
+        self._release_own()
+
+    async def _acquire_own(self) -> int:
+        now = asyncio.get_running_loop().time()
+        if self.in_flight == 0 and self.limit < self.most and now - self._cut_at > FORGET_AFTER:
+            self.limit = float(self.most)  # a pause long after the last cut: start again
         if not self._waiters and self.in_flight < self._cap():
             self.in_flight += 1
         else:
@@ -204,7 +234,7 @@ class Limiter:
                 await waiter  # the permit is counted by whoever resolves it
             except asyncio.CancelledError:
                 if waiter.done() and not waiter.cancelled():
-                    self.release()  # handed a permit, then cancelled: pass it on
+                    self._release_own()  # handed a permit, then cancelled: pass it on
                 else:
                     with contextlib.suppress(ValueError):
                         self._waiters.remove(waiter)
@@ -212,8 +242,7 @@ class Limiter:
         self._started += 1
         return self._started
 
-    def release(self) -> None:
-        """Give a permit back."""
+    def _release_own(self) -> None:
         self.in_flight -= 1
         self._wake()
 
@@ -237,6 +266,7 @@ class Limiter:
                 self.limit = max(1.0, self.limit * (CUT_ON_FAILURE if failed else CUT_ON_LATE))
                 self.least = min(self.least, self._cap())
                 self._cut_after = self._started
+                self._cut_at = asyncio.get_running_loop().time()
             return
         if self.limit < self.most:
             self.limit = min(float(self.most), self.limit + 1.0 / self.limit)
@@ -253,22 +283,32 @@ class Limiter:
         )
 
 
-_slots: weakref.WeakKeyDictionary[Any, Limiter] = weakref.WeakKeyDictionary()
+#: Per connection pool: its permits, and the limiter of each server it talks to.
+_slots: weakref.WeakKeyDictionary[Any, tuple[asyncio.Semaphore, dict[str | None, Limiter]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def slots(pool: Any, size: int | None, advice: str = "") -> Limiter | None:
-    """The :class:`Limiter` of ``pool`` (a client or session, or a filesystem) with at most
-    ``size`` requests at once, made on first use; None when the pool is unbounded.
-    ``advice`` is the option that asks for fewer at once (``{n}``: a number to suggest).
-    Call it on the loop."""
+def slots(
+    pool: Any, size: int | None, advice: str = "", server: str | None = None
+) -> Limiter | None:
+    """The :class:`Limiter` of ``server`` (a host, or None when the pool talks to one) over
+    ``pool`` (a client or session, or a filesystem) with at most ``size`` requests at once,
+    made on first use; None when the pool is unbounded. ``advice`` is the option that asks
+    for fewer at once (``{n}``: a number to suggest). A server slow to answer does not slow
+    the pool's requests to another. Call it on the loop."""
     if not size or size <= 0:
         return None
     try:
-        limiter = _slots.get(pool)
-        if limiter is None:
-            limiter = _slots[pool] = Limiter(size, advice)
+        entry = _slots.get(pool)
+        if entry is None:
+            entry = _slots[pool] = (asyncio.Semaphore(size), {})
     except TypeError:  # not weakly referable or not hashable: no limit
         return None
+    permits, limiters = entry
+    limiter = limiters.get(server)
+    if limiter is None:
+        limiter = limiters[server] = Limiter(size, advice, permits)
     return limiter
 
 

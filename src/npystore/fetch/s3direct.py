@@ -260,7 +260,8 @@ FEWER_REQUESTS: Final = (
 async def slots(signed: SignedUrl) -> remote.Limiter | None:
     """The limit of GETs in flight over the session ``signed``'s GETs go over, at most one
     per connection (see :func:`npystore.fetch.remote.slots`). Call it on the loop."""
-    return remote.slots(await _session(signed), signed.connections, FEWER_REQUESTS)
+    server = urlsplit(signed.url).netloc
+    return remote.slots(await _session(signed), signed.connections, FEWER_REQUESTS, server)
 
 
 def env_proxy(url: str) -> tuple[str | None, Any]:
