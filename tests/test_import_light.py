@@ -119,10 +119,14 @@ def test_dir_lists_the_public_names_only() -> None:
 def test_open_and_load_are_typed() -> None:
     """issue 26 item 22: ``open`` and ``load`` say what they return (not ``Any``)."""
     import inspect
+    import typing
 
     import npystore
 
-    load = inspect.signature(npystore.load).return_annotation
+    # load: an array or an archive; with allow_pickle=True also whatever a pickle holds
+    plain, pickles = typing.get_overloads(npystore.load)
+    assert inspect.signature(plain).return_annotation == "np.ndarray[Any, Any] | NpzArrays"
+    assert inspect.signature(plain).parameters["allow_pickle"].annotation == "Literal[False]"
+    assert inspect.signature(pickles).return_annotation == "Any"
     opened = inspect.signature(npystore.open).return_annotation
-    assert load == "np.ndarray[Any, Any] | NpzArrays"
     assert opened == "da.Array | NpzFile | MatFile"

@@ -28,12 +28,14 @@ from npystore.errors import (
 
 if TYPE_CHECKING:
     from npystore.api import load, open, open_npy, read_header, save, savez, savez_compressed, sniff
+    from npystore.faces.many import to_manifest
     from npystore.faces.matfile import MatFile, open_mat
     from npystore.faces.npz import NpzFile, open_npz
     from npystore.faces.refs import to_kerchunk
     from npystore.faces.stores import open_store
     from npystore.files.mat.tree import MatInfo, MatlabObject, MatStruct
     from npystore.formats.npy import NpyHeader
+    from npystore.write.stack import save_stack
 
 #: Public names and the module each lives in: imported on first use, so that
 #: ``import npystore`` costs little more than ``import numpy`` (dask, fsspec, zarr, h5py and
@@ -59,6 +61,8 @@ _LAZY: dict[str, str] = {
     "open_npz": "npystore.faces.npz",
     "open_store": "npystore.faces.stores",
     "to_kerchunk": "npystore.faces.refs",
+    "to_manifest": "npystore.faces.many",
+    "save_stack": "npystore.write.stack",
 }
 
 
@@ -208,6 +212,8 @@ __all__ = [
     "save",
     "savez",
     "savez_compressed",
+    "save_stack",
     "sniff",
     "to_kerchunk",
+    "to_manifest",
 ]

@@ -1,7 +1,8 @@
 """The only IO in npystore: :class:`RangeReader`, byte ranges of one object on any fsspec URL.
 
 A reader is bound to one object and to the identity it had when it was opened (size plus
-mtime, ETag or version id). On S3 the identity comes from a ranged ``GetObject`` of the
+ETag or version id; a local file's device, inode, mtime and ctime; see
+:mod:`npystore.fetch.identity`). On S3 the identity comes from a ranged ``GetObject`` of the
 object's first bytes (no ``HeadObject``), so opening and sniffing a file is one round trip.
 It reads ranges through one backend, chosen once when the reader is made:
 
@@ -50,8 +51,12 @@ The package's modules, one job each (this module only re-exports their public na
 - their helpers: :mod:`~npystore.fetch.opening` (the opening request),
   :mod:`~npystore.fetch.remote` (retries and budgets), :mod:`~npystore.fetch.s3direct`
   (presigned S3 GETs), :mod:`~npystore.fetch.fileobj` (open file objects);
+- :mod:`~npystore.fetch.many`, :mod:`~npystore.fetch.s3many`: many objects named by a list,
+  a glob or a folder, opened together (S3: presigned direct GETs, direct listings);
 - :mod:`~npystore.fetch.cache`: local cache files; :mod:`~npystore.fetch.blockfile`: a
-  file object over a reader.
+  file object over a reader;
+- writing: :mod:`~npystore.fetch.sink` (objects written by parts and committed atomically)
+  and :mod:`~npystore.fetch.tempfiles` (their temporary files).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ bytes too (:mod:`npystore.fetch.opening`), elsewhere ``info``.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Mapping
@@ -104,8 +105,7 @@ def open_reader(
     budget = budget_from(options.pop(BUDGET_OPTION, None))
     plain = None if options else local_path(os.fspath(url))
     if plain is not None:  # no fsspec: it costs more to import than a small file to read
-        identity = ObjectIdentity.from_info(plain, stat_info(plain))
-        return RangeReader(None, plain, identity, budget=budget)
+        return _local_reader(None, plain, plain, budget)
     # a remote object (or options for fsspec): the opening machinery and the backends
     from npystore.fetch import opening  # noqa: PLC0415
     from npystore.fetch.s3 import is_s3  # noqa: PLC0415
@@ -123,7 +123,9 @@ def open_reader(
         return RangeReader(
             fs, path, ObjectIdentity.from_info(name, opened), head=first, budget=budget
         )
-    info = stat_info(path) if local else opening.info_within(fs, path, name, budget)
+    if local:
+        return _local_reader(fs, path, name, budget)
+    info = opening.info_within(fs, path, name, budget)
     return RangeReader(fs, path, ObjectIdentity.from_info(name, info), budget=budget)
 
 
@@ -146,11 +148,11 @@ def local_path(url: str | bytes) -> str | None:
     return path.rstrip("/") or "/"
 
 
-def stat_info(path: str) -> dict[str, Any]:
-    """A local file's size and identity (mtime, inode) as ``info`` gives them; a missing or
-    forbidden file raises ``FileNotFoundError``/``PermissionError`` naming ``path``."""
+def _local_reader(fs: Any, path: str, name: str, budget: float) -> RangeReader:
+    """A reader of a local file, its identity from ``os.stat`` (``fs`` None: no fsspec); a
+    missing or forbidden file raises ``FileNotFoundError``/``PermissionError`` naming it, a
+    directory ``IsADirectoryError``."""
     st = os.stat(path)
-    kind = "file" if stat.S_ISREG(st.st_mode) else "other"
     if stat.S_ISDIR(st.st_mode):
-        kind = "directory"
-    return {"size": st.st_size, "mtime": st.st_mtime, "ino": st.st_ino, "type": kind}
+        raise IsADirectoryError(errno.EISDIR, "Is a directory, expected a file", name)
+    return RangeReader(fs, path, ObjectIdentity.from_stat(name, st), budget=budget)

@@ -48,6 +48,7 @@ __all__ = [
     "info_within",
     "named",
     "s3_open",
+    "s3_opening",
 ]
 
 #: ``Content-Range: bytes first-last/total`` (total ``*`` when unknown).
@@ -320,7 +321,11 @@ async def call_s3(fs: Any, method: str, **params: Any) -> dict[str, Any]:
     await fs.set_session()
     client = await fs.get_s3(params.get("Bucket"))
     client.meta.events.register_first(
-        f"needs-retry.s3.{_OPERATIONS[method]}", _no_botocore_retry, unique_id=_NO_RETRY_ID
+        f"needs-retry.s3.{_OPERATIONS[method]}",
+        _no_botocore_retry,
+        # one id per operation: botocore ignores a second registration under an id it has
+        # seen, whatever the event (a HeadObject handler would keep GetObject's out)
+        unique_id=f"{_NO_RETRY_ID}-{_OPERATIONS[method]}",
     )
     call = getattr(client, method)
     kwargs = fs._get_s3_method_kwargs(call, **params)
@@ -337,7 +342,15 @@ async def call_s3(fs: Any, method: str, **params: Any) -> dict[str, Any]:
     return resp
 
 
-_OPERATIONS: Final = {"get_object": "GetObject", "head_object": "HeadObject"}
+_OPERATIONS: Final = {
+    "get_object": "GetObject",
+    "head_object": "HeadObject",
+    # the writers' multipart upload (npystore.fetch.sink.S3Sink)
+    "create_multipart_upload": "CreateMultipartUpload",
+    "upload_part": "UploadPart",
+    "complete_multipart_upload": "CompleteMultipartUpload",
+    "abort_multipart_upload": "AbortMultipartUpload",
+}
 
 
 async def get_object(
@@ -493,11 +506,11 @@ def s3_open(
     """
     from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
 
-    got: tuple[Mapping[str, Any], bytes] = sync(fs.loop, _s3_opening, fs, path, name, count, budget)
+    got: tuple[Mapping[str, Any], bytes] = sync(fs.loop, s3_opening, fs, path, name, count, budget)
     return got
 
 
-async def _s3_opening(
+async def s3_opening(
     fs: Any, path: str, name: str, count: int, budget: float
 ) -> tuple[Mapping[str, Any], bytes]:
     loop = asyncio.get_running_loop()

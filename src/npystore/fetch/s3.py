@@ -59,6 +59,11 @@ class S3Ranges(PinnedRanges):
         self._signed: s3direct.SignedUrl | None = None
         self._direct_off = False
 
+    def use_signed(self, signed: s3direct.SignedUrl) -> None:
+        """Read through ``signed``, a presigned URL of this object made when it was opened
+        (:mod:`npystore.fetch.many`), instead of signing one on the first read."""
+        self._signed = signed
+
     def _where(self) -> tuple[str, str, str | None]:
         """Bucket, key and the version the reads are pinned to (if any)."""
         bucket, key, path_version = self.fs.split_path(self.path)

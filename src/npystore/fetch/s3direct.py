@@ -18,6 +18,9 @@ its identity), a :class:`~npystore.fetch.RangeReader` reads its ranges over one
   watch requests (metrics, logging, :class:`npystore.testing.RequestCounter`) see it; a
   ``before-send`` handler that answers the request itself (a stub or an in-process mock)
   turns the direct path off, since only botocore can use that answer;
+- the URL is sent as botocore built and signed it (``yarl.URL(..., encoded=True)``): a key
+  with ``.`` or ``..`` segments (``d/../x.npy`` is a key of its own on S3) is not resolved
+  into another key's path, as a URL parsed as text would be;
 - TLS is verified with the certificates botocore uses (its ``verify`` setting,
   ``AWS_CA_BUNDLE``, else certifi's bundle); a TLS failure hands the reader to botocore;
 - the session does not decompress (``Content-Encoding`` bodies are returned as stored, as
@@ -308,6 +311,7 @@ async def direct_get(
     """
     import aiohttp  # noqa: PLC0415 - aiobotocore's dependency, present with s3fs
     from botocore.awsrequest import AWSRequest  # noqa: PLC0415 - s3fs's own dependency
+    from yarl import URL  # noqa: PLC0415 - aiohttp's dependency
 
     session = await _session(signed)
     headers = {"Range": f"bytes={start}-{stop - 1}"}
@@ -321,7 +325,8 @@ async def direct_get(
         connect, read = signed.timeouts  # this client's (the session may be another's)
         timeout = aiohttp.ClientTimeout(sock_connect=connect, sock_read=read)
         async with session.get(
-            signed.url,
+            # as signed: yarl would resolve '.' and '..' segments of the key (another key)
+            URL(signed.url, encoded=True),
             headers=headers,
             timeout=timeout,
             proxy=signed.proxy,

@@ -10,6 +10,7 @@ what the dask face slices chunk by chunk, and what :func:`npystore.load` reads w
 
 from __future__ import annotations
 
+import io
 import math
 import pickle
 from collections.abc import Iterator
@@ -36,7 +37,14 @@ from npystore.read.layout import (
     plan_reads,
 )
 
-__all__ = ["LayoutArray", "as_records", "convert_values", "normalize_key", "read_selection"]
+__all__ = [
+    "LayoutArray",
+    "as_records",
+    "convert_values",
+    "load_pickle_file",
+    "normalize_key",
+    "read_selection",
+]
 
 #: Pieces fetched per batch (bounds memory and keeps many requests in flight).
 _BATCH: Final = 1024
@@ -376,6 +384,22 @@ def _load_pickled(reader: RangeReader, layout: ArrayLayout) -> np.ndarray[Any, A
             f"{reader.url}: the pickle holds {got}, expected an array of shape {layout.shape}"
         )
     return value
+
+
+def load_pickle_file(reader: RangeReader, unpickle: Unpickle) -> tuple[Any, int]:
+    """A whole file that is a plain pickle (not an ``.npy`` or ``.npz``), unpickled as
+    ``numpy.load(..., allow_pickle=True)`` does, and the offset where the pickle ended.
+    The caller decided ``allow_pickle``: unpickling runs code from the file."""
+    data = reader.read(0, reader.size)
+    stream = io.BytesIO(data)
+    try:
+        value = pickle.load(stream, encoding=unpickle.encoding, fix_imports=unpickle.fix_imports)
+    except Exception as exc:
+        raise FormatError(
+            f"{reader.url}: not an .npy or .npz file, and not a pickle either (the first bytes "
+            f"are {bytes(data[:8])!r}): {exc!r}"
+        ) from exc
+    return value, stream.tell()
 
 
 class LayoutArray:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol, TypeVar
 
 from npystore.formats.deflate import DeflateIndex
+from npystore.read.crccheck import CrcLedger
 
 __all__ = ["UNREAD_SLACK", "IndexSlot"]
 
@@ -56,6 +57,8 @@ class IndexSlot:
         #: With ``until_read``: output bytes still to be served before the kept bytes go.
         self._unread: int | None = None
         self._unread_lock = threading.Lock()  # not ``_lock``: an index build holds that
+        #: The CRC-32 ledger of the output read through an index, with that index.
+        self._ledger: tuple[DeflateIndex, CrcLedger] | None = None
 
     def keep(self, inflated: bytes | bytearray | memoryview, *, until_read: bool = False) -> None:
         """Keep the whole member's inflated (and checked) bytes for reads in this process;
@@ -121,3 +124,23 @@ class IndexSlot:
     def set(self, index: DeflateIndex) -> None:
         """Install an index (built elsewhere or read from a cache)."""
         self._index = index
+
+    def replace(
+        self, old: DeflateIndex, build: Callable[[], DeflateIndex | None]
+    ) -> DeflateIndex | None:
+        """Replace ``old`` (found wrong) with what ``build`` returns, unless another thread
+        replaced it already; return the index the slot holds then."""
+        with self._lock:
+            if self._index is old:
+                self._index = build()
+            return self._index
+
+    def ledger(self, index: DeflateIndex, make: Callable[[], CrcLedger]) -> CrcLedger | None:
+        """The CRC-32 ledger of the output read through ``index`` (made by ``make`` on first
+        use); None when the slot no longer holds ``index`` (it was replaced)."""
+        with self._unread_lock:
+            if self._index is not index:
+                return None
+            if self._ledger is None or self._ledger[0] is not index:
+                self._ledger = (index, make())
+            return self._ledger[1]

@@ -54,7 +54,7 @@ NPY_ARRAY = "data"
 
 
 def to_kerchunk(
-    url: str,
+    url: str | list[str] | tuple[str, ...],
     *,
     storage_options: Mapping[str, Any] | None = None,
     zarr_format: Literal[2, 3] = 2,
@@ -83,10 +83,18 @@ def to_kerchunk(
     ``xarray.open_dataset(refs, engine="kerchunk")``, or with fsspec's reference file
     system and zarr (see the Zarr how-to).
 
+    Many ``.npy`` files (a list, a glob or a folder, as :func:`npystore.open_npy` takes
+    them) give one array ``data`` of the whole dataset, one chunk per file, when the files
+    are equally long along the axis but the last (an edge chunk, inlined zero-padded up
+    to ``max_inline`` bytes); otherwise an :class:`~npystore.errors.UnsupportedError`
+    says so and names :func:`npystore.to_manifest`. The references then carry npystore's
+    manifest under the key ``"npystore"``, so :func:`npystore.open_npy` reopens them with
+    every file's identity checked.
+
     Parameters
     ----------
-    url : str
-        Local path or any fsspec URL.
+    url : str or list of str
+        Local path or any fsspec URL; or many ``.npy`` files.
     storage_options : mapping, optional
         Filesystem options, as fsspec's ``storage_options``.
     zarr_format : {2, 3}
@@ -135,6 +143,20 @@ def to_kerchunk(
     """
     if zarr_format not in (2, 3):
         raise ValueError(f"zarr_format must be 2 or 3, got {zarr_format!r}")
+    from npystore.fetch.many import is_folder, is_many  # noqa: PLC0415
+
+    if is_many(url) or (isinstance(url, str) and is_folder(url, storage_options)):
+        from npystore.faces.many import dataset_kerchunk  # noqa: PLC0415
+
+        if chunks is not None:
+            raise UnsupportedError(
+                "references of many files have one chunk per file: leave chunks out"
+            )
+        return dataset_kerchunk(
+            url, storage_options=storage_options, zarr_format=zarr_format,
+            max_header_size=max_header_size, max_inline=max_inline,
+        )  # fmt: skip
+    assert isinstance(url, str)
     reader, nodes = open_tree(url, storage_options, max_header_size, max_members)
     target = reader.fs.unstrip_protocol(reader.path)
     if zarr_format == 2:
