@@ -420,11 +420,11 @@ def load(
 
 def _open_one(url: Source, storage_options: StorageOptions, **kwargs: Any) -> RangeReader | None:
     """``open_reader(url)``; None when a remote URL is not an object but a folder."""
-    from npystore.fetch.many import is_folder  # noqa: PLC0415
-
     try:
         return open_reader(url, storage_options, **kwargs)
     except FileNotFoundError:
+        from npystore.fetch.naming import is_folder  # noqa: PLC0415
+
         if isinstance(url, str) and is_folder(url, storage_options, ask=True):
             return None
         raise
@@ -432,9 +432,11 @@ def _open_one(url: Source, storage_options: StorageOptions, **kwargs: Any) -> Ra
 
 def _many(url: Any, storage_options: StorageOptions) -> Any:
     """``url`` if it names many ``.npy`` files (a list, a glob, a folder, a manifest), else
-    None. A folder named without a trailing ``/`` is found by asking (one request)."""
-    from npystore.fetch.many import is_folder, is_many  # noqa: PLC0415
-    from npystore.files.many import is_manifest_url  # noqa: PLC0415
+    None. A folder named without a trailing ``/`` is found by asking (one request).
+
+    The questions are :mod:`npystore.fetch.naming`'s, which import nothing heavy: one local
+    file costs no fsspec."""
+    from npystore.fetch.naming import is_folder, is_manifest_url, is_many  # noqa: PLC0415
 
     if is_many(url) or is_manifest_url(url):
         return url
