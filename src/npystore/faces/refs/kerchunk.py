@@ -143,7 +143,7 @@ def to_kerchunk(
     """
     if zarr_format not in (2, 3):
         raise ValueError(f"zarr_format must be 2 or 3, got {zarr_format!r}")
-    from npystore.fetch.many import is_folder, is_many  # noqa: PLC0415
+    from npystore.fetch.naming import is_folder, is_many  # noqa: PLC0415
 
     if is_many(url) or (isinstance(url, str) and is_folder(url, storage_options)):
         from npystore.faces.many import dataset_kerchunk  # noqa: PLC0415
