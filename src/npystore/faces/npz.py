@@ -357,7 +357,7 @@ def open_npz(
     >>> int(z["a"][2:5].sum().compute())
     9
     """
-    from npystore.fetch.many import is_folder, is_many  # noqa: PLC0415
+    from npystore.fetch.naming import is_folder, is_many  # noqa: PLC0415
 
     if is_many(url) or is_folder(url, storage_options):
         from npystore.faces.many import open_npz_many  # noqa: PLC0415

@@ -37,6 +37,7 @@ from npystore.faces.refs.budget import MAX_INLINE, InlineBudget, OverBudget
 from npystore.faces.refs.plan import ArrayRefs, plan_array
 from npystore.faces.tree import ArrayNode, GroupNode, Node, file_nodes
 from npystore.fetch import RangeReader, open_reader
+from npystore.fetch.fileobj import BinaryFile
 from npystore.files.zip import DEFAULT_MAX_MEMBERS
 from npystore.formats.mat5 import CharErrors
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
@@ -149,9 +150,13 @@ def to_kerchunk(
     """
     if zarr_format not in (2, 3):
         raise ValueError(f"zarr_format must be 2 or 3, got {zarr_format!r}")
-    from npystore.fetch.many import is_folder, is_many  # noqa: PLC0415
+    from npystore.fetch.naming import is_folder, is_many  # noqa: PLC0415
 
-    if is_many(url) or (isinstance(url, str) and is_folder(url, storage_options)):
+    if (
+        isinstance(url, list | tuple)
+        or is_many(url)
+        or (isinstance(url, str) and is_folder(url, storage_options))
+    ):
         from npystore.faces.many import dataset_kerchunk  # noqa: PLC0415
 
         if chunks is not None:
@@ -162,7 +167,7 @@ def to_kerchunk(
             url, storage_options=storage_options, zarr_format=zarr_format,
             max_header_size=max_header_size, max_inline=max_inline,
         )  # fmt: skip
-    assert isinstance(url, str)
+    # an open file object is refused by open_tree, naming it
     reader, nodes = open_tree(url, storage_options, max_header_size, max_members, char_errors)
     target = reader.fs.unstrip_protocol(reader.path)
     if zarr_format == 2:
@@ -178,7 +183,7 @@ def to_kerchunk(
 
 
 def open_tree(
-    url: str,
+    url: str | BinaryFile,
     storage_options: Mapping[str, Any] | None,
     max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
     max_members: int = DEFAULT_MAX_MEMBERS,

@@ -134,7 +134,7 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         """
         del mask_and_scale, decode_times, decode_timedelta, use_cftime
         del concat_characters, decode_coords
-        from npystore.fetch.many import is_folder, is_many  # noqa: PLC0415
+        from npystore.fetch.naming import is_folder, is_many  # noqa: PLC0415
 
         if is_many(filename_or_obj) or is_folder(_as_url(filename_or_obj), storage_options):
             if group is not None:
