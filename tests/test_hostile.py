@@ -1232,6 +1232,9 @@ class FakeDataset:
             return h5py.Empty(self._data.dtype)
         return self._data[()].copy() if isinstance(self._data, np.ndarray) else self._data
 
+    def reference_keys(self, where: str) -> None:
+        """Fakes give no addresses: every reference is followed."""
+
 
 class FakeGroup:
     """An h5py Group: members by name or path, references resolved by indexing."""

@@ -12,7 +12,6 @@ array([3, 4, 5], dtype='>u2')
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.util
 import sys
 import warnings
@@ -67,7 +66,18 @@ _LAZY: dict[str, str] = {
 }
 
 
-class _ZarrTypesOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+# The two import hooks below are a meta path finder and a loader by protocol (find_spec;
+# create_module and exec_module), not by subclassing importlib.abc: importing that module
+# costs more than the rest of ``import npystore`` (it loads importlib.resources, pathlib,
+# tempfile ...).
+
+
+def _as_loader(hook: object) -> Any:
+    """``hook`` where importlib wants a loader (it is one by protocol, see above)."""
+    return hook
+
+
+class _ZarrTypesOnImport:
     """Registers npystore's Zarr data types (:mod:`npystore.faces.zarr.dtypes`) as soon as zarr
     is imported, without importing zarr here: zarr 3.1 collects the ``zarr.data_type``
     entry points but never loads them, so a process that imported npystore would otherwise
@@ -83,7 +93,7 @@ class _ZarrTypesOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         spec = importlib.util.find_spec("zarr")
         if spec is not None and spec.loader is not None:
             self._loader = spec.loader
-            spec.loader = self
+            spec.loader = _as_loader(self)
         return spec
 
     def create_module(self, spec: Any) -> Any:
@@ -138,13 +148,13 @@ _MOVED: dict[str, str] = {
 }
 
 
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _MovedModules:
     """Resolves a moved module's old name to the module itself (one object, two names)."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name not in _MOVED:
             return None
-        return importlib.util.spec_from_loader(name, self)
+        return importlib.util.spec_from_loader(name, _as_loader(self))
 
     def create_module(self, spec: Any) -> Any:
         new = _MOVED[spec.name]
@@ -172,7 +182,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    """The public names (:data:`__all__`), not the helpers this module imports."""
+    return sorted(__all__)
 
 
 __version__ = "0.1.0"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, overload
 
 import numpy as np
 
@@ -21,12 +21,30 @@ from npystore.files.npy import header_from_prefix, open_layout_array, read_prefi
 from npystore.files.open import sniff, sniff_source
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE, NpyHeader
 from npystore.read.layout import ArrayLayout, RawExtent, Unpickle
-from npystore.write import save, savez, savez_compressed
 
 if TYPE_CHECKING:
     import dask.array as da
 
+    from npystore.faces.matfile import MatFile
+    from npystore.faces.npz import NpzArrays, NpzFile
+    from npystore.write import save, savez, savez_compressed
+
 __all__ = ["load", "open", "open_npy", "read_header", "save", "savez", "savez_compressed", "sniff"]
+
+#: The writers, imported on first use: they import dask.array (and through it much more),
+#: which :func:`load`, :func:`read_header` and ``npystore info``/``cat`` never need.
+_WRITERS: Final = frozenset({"save", "savez", "savez_compressed"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WRITERS:
+        from npystore import write  # noqa: PLC0415 - see _WRITERS
+
+        value = getattr(write, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Bytes :func:`load` asks for when it opens an S3 object: the header and the first data,
 #: so a file up to this size is read in one request (the whole file is read anyway). Not
@@ -232,6 +250,36 @@ def _npy_dask(
     return to_dask(array, chunks, max_chunks=max_chunks, name=name, inline_array=inline_array)
 
 
+@overload
+def load(
+    url: Source | Sequence[str],
+    *,
+    axis: int | None = ...,
+    stack: bool = ...,
+    storage_options: StorageOptions = ...,
+    allow_pickle: Literal[False] = ...,
+    max_header_size: int = ...,
+    fix_imports: bool = ...,
+    encoding: str = ...,
+    mmap_mode: MmapMode | None = ...,
+) -> np.ndarray[Any, Any] | NpzArrays: ...
+
+
+@overload
+def load(
+    url: Source | Sequence[str],
+    *,
+    axis: int | None = ...,
+    stack: bool = ...,
+    storage_options: StorageOptions = ...,
+    allow_pickle: bool,
+    max_header_size: int = ...,
+    fix_imports: bool = ...,
+    encoding: str = ...,
+    mmap_mode: MmapMode | None = ...,
+) -> Any: ...
+
+
 def load(
     url: Source | Sequence[str],
     *,
@@ -243,7 +291,7 @@ def load(
     fix_imports: bool = True,
     encoding: str = "ASCII",
     mmap_mode: MmapMode | None = None,
-) -> Any:
+) -> Any:  # the overloads: an array or an archive; with allow_pickle=True also a pickle
     """Read a whole ``.npy`` file into a numpy array, eagerly and in parallel, as
     :func:`numpy.load` does; an ``.npz`` archive gives numpy's mapping of arrays.
 
@@ -287,6 +335,8 @@ def load(
         writable (a :class:`numpy.memmap` with ``mmap_mode``). For an ``.npz`` archive, an
         :class:`~npystore.faces.npz.NpzArrays` mapping that reads each member on access.
         Any other file, with ``allow_pickle=True``, is unpickled as ``numpy.load`` does.
+        Typed ``numpy.ndarray | NpzArrays`` without ``allow_pickle=True`` (``Any`` with
+        it: a pickle can hold anything).
 
     Raises
     ------
@@ -370,11 +420,11 @@ def load(
 
 def _open_one(url: Source, storage_options: StorageOptions, **kwargs: Any) -> RangeReader | None:
     """``open_reader(url)``; None when a remote URL is not an object but a folder."""
-    from npystore.fetch.many import is_folder  # noqa: PLC0415
-
     try:
         return open_reader(url, storage_options, **kwargs)
     except FileNotFoundError:
+        from npystore.fetch.naming import is_folder  # noqa: PLC0415
+
         if isinstance(url, str) and is_folder(url, storage_options, ask=True):
             return None
         raise
@@ -382,9 +432,11 @@ def _open_one(url: Source, storage_options: StorageOptions, **kwargs: Any) -> Ra
 
 def _many(url: Any, storage_options: StorageOptions) -> Any:
     """``url`` if it names many ``.npy`` files (a list, a glob, a folder, a manifest), else
-    None. A folder named without a trailing ``/`` is found by asking (one request)."""
-    from npystore.fetch.many import is_folder, is_many  # noqa: PLC0415
-    from npystore.files.many import is_manifest_url  # noqa: PLC0415
+    None. A folder named without a trailing ``/`` is found by asking (one request).
+
+    The questions are :mod:`npystore.fetch.naming`'s, which import nothing heavy: one local
+    file costs no fsspec."""
+    from npystore.fetch.naming import is_folder, is_manifest_url, is_many  # noqa: PLC0415
 
     if is_many(url) or is_manifest_url(url):
         return url
@@ -459,7 +511,7 @@ def open(
     *,
     storage_options: StorageOptions = None,
     **kwargs: Any,
-) -> Any:
+) -> da.Array | NpzFile | MatFile:
     """Open any supported file, choosing the format by its magic bytes, not its extension.
 
     Parameters

@@ -253,7 +253,7 @@ def open_mat(
     ValueError
         ``max_depth`` outside 1 to 256.
     """
-    from npystore.fetch.many import is_folder, is_many  # noqa: PLC0415
+    from npystore.fetch.naming import is_folder, is_many  # noqa: PLC0415
 
     if is_many(url) or is_folder(url, storage_options):
         if squeeze:

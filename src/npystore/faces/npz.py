@@ -323,7 +323,7 @@ def open_npz(
         (None): ``NPYSTORE_INDEX_CACHE`` if set, else ``~/.cache/npystore/deflate-index``
         (``$XDG_CACHE_HOME``), kept under 256 MiB; a directory; or False for none.
     max_members : int
-        Most members the archive may declare (default 1,000,000). The count in the end
+        Most members the archive may declare (default 100,000). The count in the end
         record (ZIP64: up to 2**64 - 1) is checked before the central directory is read.
     max_chunks : int
         Most chunks (dask tasks) one member's array may have (default 1,000,000), checked
@@ -357,7 +357,7 @@ def open_npz(
     >>> int(z["a"][2:5].sum().compute())
     9
     """
-    from npystore.fetch.many import is_folder, is_many  # noqa: PLC0415
+    from npystore.fetch.naming import is_folder, is_many  # noqa: PLC0415
 
     if is_many(url) or is_folder(url, storage_options):
         from npystore.faces.many import open_npz_many  # noqa: PLC0415

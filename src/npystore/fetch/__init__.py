@@ -68,8 +68,17 @@ The package's modules, one job each (this module only re-exports their public na
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from npystore.fetch.budget import (
+    BUDGET_ENV,
+    BUDGET_OPTION,
+    READ_BUDGET,
+    REMOTE_ATTEMPTS,
+    RETRY_DELAY,
+    RETRY_DELAY_MAX,
+)
 from npystore.fetch.cache import read_cache_file, write_cache_file
-from npystore.fetch.http import IGNORED_RANGE_MAX
 from npystore.fetch.identity import ObjectIdentity
 from npystore.fetch.local import LOCAL_PART_SIZE
 from npystore.fetch.open import OPEN_HEAD, open_reader, write_object
@@ -78,15 +87,20 @@ from npystore.fetch.reader import (
     _restore,  # noqa: F401 - pickles made before the split name it here
     _restore_file,  # noqa: F401 - likewise
 )
-from npystore.fetch.remote import (
-    BUDGET_ENV,
-    BUDGET_OPTION,
-    READ_BUDGET,
-    REMOTE_ATTEMPTS,
-    RETRY_DELAY,
-    RETRY_DELAY_MAX,
-)
 from npystore.fetch.transport import REMOTE_PART_SIZE
+
+if TYPE_CHECKING:
+    from npystore.fetch.http import IGNORED_RANGE_MAX
+
+
+def __getattr__(name: str) -> Any:
+    # the http backend (and asyncio, ssl with it) loads when a remote object is read
+    if name == "IGNORED_RANGE_MAX":
+        from npystore.fetch.http import IGNORED_RANGE_MAX  # noqa: PLC0415
+
+        return IGNORED_RANGE_MAX
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BUDGET_ENV",

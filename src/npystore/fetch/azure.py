@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from npystore.errors import FetchError
 from npystore.fetch import opening, remote, s3direct
@@ -412,9 +413,11 @@ class AzureRanges(PinnedRanges):
 
         return one
 
-    async def slots(self) -> Any:
+    async def slots(self) -> remote.Limiter | None:
         """The direct session's connections while this reader uses it, else the SDK's
         (aiohttp's default of 100: no bound of npystore's)."""
-        if await self.target.direct() is not None:
-            return remote.slots(await self.target.session(), s3direct.DIRECT_CONNECTIONS)
-        return None
+        direct = await self.target.direct()
+        if direct is None:
+            return None
+        server = urlsplit(direct.url).netloc  # the session serves every host
+        return remote.slots(await self.target.session(), s3direct.DIRECT_CONNECTIONS, "", server)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final
+from urllib.parse import urlsplit
 
 from npystore.errors import ConsistencyError, FetchError, UnsupportedError
 from npystore.fetch import opening, remote, s3direct
@@ -232,8 +233,13 @@ class GcsRanges(PinnedRanges):
 
         return one
 
-    async def slots(self) -> Any:
+    async def slots(self) -> remote.Limiter | None:
         """As many as gcsfs's session has connections (aiohttp's limit)."""
         session = await self.fs._set_session()
         connector = getattr(session, "connector", None)
-        return remote.slots(session, getattr(connector, "limit", None))
+        advice = (
+            "ask for fewer at once with storage_options={{'session_kwargs': {{'connector': "
+            "aiohttp.TCPConnector(limit={n})}}}}"
+        )
+        server = urlsplit(self.fs._location).netloc
+        return remote.slots(session, getattr(connector, "limit", None), advice, server)

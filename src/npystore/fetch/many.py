@@ -41,6 +41,7 @@ from fsspec.implementations.local import LocalFileSystem
 from npystore.errors import FormatError
 from npystore.fetch import opening, remote, s3direct, s3many
 from npystore.fetch.identity import ObjectIdentity
+from npystore.fetch.naming import has_magic, is_folder, is_many
 from npystore.fetch.open import OPEN_HEAD, open_reader
 from npystore.fetch.reader import RangeReader
 from npystore.fetch.remote import BUDGET_OPTION
@@ -122,46 +123,6 @@ def natural_key(name: str) -> tuple[Any, ...]:
     ``emb_10``, ``9.npy`` before ``10.npy``), the rest as text; ties by the name itself."""
     parts = _DIGITS.split(name)  # text, digits, text, ...: the same kinds at the same places
     return (*((int(p) if i % 2 else p) for i, p in enumerate(parts)), name)
-
-
-def has_magic(url: str) -> bool:
-    """Whether ``url`` is a glob pattern: it has a ``*`` (``?`` and ``[...]`` then match as
-    in fsspec's ``glob``). A ``?`` or ``[`` alone does not make a pattern: http URLs carry
-    queries, and object names may hold brackets."""
-    return "*" in url
-
-
-def is_many(url: object) -> bool:
-    """Whether ``url`` names several objects by its form alone: a list or tuple, a glob
-    pattern, or a URL ending in ``/`` (a folder)."""
-    if isinstance(url, list | tuple):
-        return True
-    if isinstance(url, os.PathLike):
-        url = os.fspath(url)
-    return isinstance(url, str) and (has_magic(url) or url.endswith(("/", os.sep)))
-
-
-def is_folder(
-    url: object,
-    storage_options: Mapping[str, Any] | None = None,
-    *,
-    ask: bool = False,
-) -> bool:
-    """Whether ``url`` names a folder: a local directory (a stat); a remote one only when
-    ``ask`` is true (one listing request; the caller asks after a plain open failed).
-    Anything but a path or URL (an open file object) is not a folder."""
-    if not isinstance(url, str | os.PathLike):
-        return False
-    text = os.fspath(url)
-    if "::" not in text and (text.startswith("file://") or "://" not in text):
-        return os.path.isdir(text.removeprefix("file://"))
-    if not ask:
-        return False
-    fs, path = opening.filesystem(text, _options(storage_options))
-    try:
-        return bool(fs.isdir(path))
-    except (OSError, ValueError):
-        return False
 
 
 def _options(storage_options: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -16,7 +16,6 @@ through botocore for the rest of its life.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -84,7 +83,7 @@ class S3Ranges(PinnedRanges):
 
         return one
 
-    async def slots(self) -> asyncio.Semaphore | None:
+    async def slots(self) -> remote.Limiter | None:
         """The connections of the direct session (:func:`npystore.fetch.s3direct.slots`)
         while this reader uses it, else those of botocore's pool (``max_pool_connections``).
         A read whose direct GETs are refused midway finishes through botocore under the
@@ -96,7 +95,8 @@ class S3Ranges(PinnedRanges):
         fs: Any = self.fs
         await fs.set_session()
         client = await fs.get_s3(bucket)
-        return remote.slots(client, int(client.meta.config.max_pool_connections or 10))
+        most = int(client.meta.config.max_pool_connections or 10)
+        return remote.slots(client, most, s3direct.FEWER_REQUESTS)
 
     async def _direct_url(
         self, bucket: str, key: str, version: str | None

@@ -62,6 +62,7 @@ from npystore.fetch import remote
 
 __all__ = [
     "DIRECT_CONNECTIONS",
+    "FEWER_REQUESTS",
     "URL_EXPIRES",
     "URL_REUSE",
     "DirectUnusable",
@@ -253,10 +254,18 @@ def direct_connections(fs: Any) -> int:
     return int(explicit) if explicit else DIRECT_CONNECTIONS
 
 
-async def slots(signed: SignedUrl) -> asyncio.Semaphore | None:
-    """The semaphore of the session ``signed``'s GETs go over, one permit per connection
-    (see :func:`npystore.fetch.remote.slots`). Call it on the loop."""
-    return remote.slots(await _session(signed), signed.connections)
+#: How to ask an S3 server for fewer requests at once (``{n}``: how many), for messages.
+FEWER_REQUESTS: Final = (
+    "ask for fewer at once with storage_options={{'config_kwargs': "
+    "{{'max_pool_connections': {n}}}}}"
+)
+
+
+async def slots(signed: SignedUrl) -> remote.Limiter | None:
+    """The limit of GETs in flight over the session ``signed``'s GETs go over, at most one
+    per connection (see :func:`npystore.fetch.remote.slots`). Call it on the loop."""
+    server = urlsplit(signed.url).netloc
+    return remote.slots(await _session(signed), signed.connections, FEWER_REQUESTS, server)
 
 
 def env_proxy(url: str) -> tuple[str | None, Any]:

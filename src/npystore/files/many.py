@@ -29,6 +29,7 @@ import numpy as np
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import ObjectIdentity, RangeReader
 from npystore.fetch.many import OnOpen, expand, open_all
+from npystore.fetch.naming import is_manifest_url
 from npystore.fetch.opening import filesystem
 from npystore.fetch.remote import BUDGET_OPTION, budget_from
 from npystore.files.npy import open_layout_array, read_prefix
@@ -193,11 +194,6 @@ def sharded_npy(
 
 
 # -- manifests -----------------------------------------------------------------------------
-
-
-def is_manifest_url(url: object) -> bool:
-    """Whether ``url`` names a manifest by its form: a string ending in ``.json``."""
-    return isinstance(url, str) and url.lower().endswith(".json")
 
 
 def raw_extents(array: ShardedArray, what: str) -> list[RawExtent]:

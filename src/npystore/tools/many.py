@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from npystore.faces.many import sharded_dask
-from npystore.fetch.many import is_folder, is_many
-from npystore.files.many import sharded_npy
+from npystore.fetch.naming import is_folder, is_many
 from npystore.tools.progress import CountProgress, format_size
 
 __all__ = ["convert_dataset", "dataset_info", "names_dataset", "print_dataset_info"]
 
 
 def names_dataset(url: str, options: Mapping[str, Any] | None = None) -> bool:
-    """Whether ``url`` names many files (a glob, a folder)."""
+    """Whether ``url`` names many files (a glob, a folder). Asked of every ``info`` and
+    ``convert``, so this module imports the many-files machinery (fsspec) only in the
+    functions that open many files."""
     return is_many(url) or is_folder(url, options)
 
 
@@ -27,6 +27,8 @@ def dataset_info(url: str, options: Mapping[str, Any] | None = None) -> dict[str
     """What ``npystore info`` reports for a dataset of ``.npy`` files: the number of files,
     the total shape, the dtype, the axis, the data bytes and the files' bytes, the first and
     last file."""
+    from npystore.files.many import sharded_npy  # noqa: PLC0415 - see names_dataset
+
     with CountProgress("open files") as progress:
         array = sharded_npy(url, storage_options=options, on_count=progress.start)
     dtype = array.dtype
@@ -84,6 +86,9 @@ def convert_dataset(
     tuple
         ``(out, shape, nbytes)``.
     """
+    from npystore.faces.many import sharded_dask  # noqa: PLC0415 - see names_dataset
+    from npystore.files.many import sharded_npy  # noqa: PLC0415
+
     with CountProgress("open files") as progress:
         array = sharded_npy(url, storage_options=storage_options, on_count=progress.start)
     x = sharded_dask(array)

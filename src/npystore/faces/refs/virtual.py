@@ -39,6 +39,7 @@ from npystore.faces.refs.kerchunk import NPY_ARRAY, dimension_names, open_tree
 from npystore.faces.refs.plan import ArrayRefs, plan_array
 from npystore.faces.tree import ArrayNode, GroupNode, Node
 from npystore.files.zip import DEFAULT_MAX_MEMBERS
+from npystore.formats.mat5 import CharErrors
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
 from npystore.read.layout import InlineExtent
 
@@ -63,6 +64,8 @@ class NpystoreParser:
         Arrays to leave out (node names, as the dataset shows them).
     max_header_size, max_members : int
         As for :func:`npystore.open`.
+    char_errors : {"strict", "replace"}
+        As for :func:`npystore.open_mat`: MAT v6/v7 chars that are not valid UTF-8.
 
     Notes
     -----
@@ -96,12 +99,14 @@ class NpystoreParser:
         skip_variables: Iterable[str] | None = None,
         max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
         max_members: int = DEFAULT_MAX_MEMBERS,
+        char_errors: CharErrors = "strict",
     ) -> None:
         self.storage_options = storage_options
         self.chunks = chunks
         self.skip_variables = frozenset(skip_variables or ())
         self.max_header_size = max_header_size
         self.max_members = max_members
+        self.char_errors: CharErrors = char_errors
 
     def __call__(self, url: str, registry: Any) -> ManifestStore:
         """The ``ManifestStore`` of the file at ``url``.
@@ -117,7 +122,9 @@ class NpystoreParser:
         -------
         virtualizarr.manifests.ManifestStore
         """
-        reader, nodes = open_tree(url, self.storage_options, self.max_header_size, self.max_members)
+        reader, nodes = open_tree(
+            url, self.storage_options, self.max_header_size, self.max_members, self.char_errors
+        )
         target = reader.fs.unstrip_protocol(reader.path)
         if isinstance(nodes[""], ArrayNode):  # an .npy file: a group holding "data"
             nodes = {"": GroupNode(dict(nodes[""].attributes)), NPY_ARRAY: nodes[""]}
