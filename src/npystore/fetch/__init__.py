@@ -56,6 +56,7 @@ The package's modules, one job each (this module only re-exports their public na
   :mod:`~npystore.fetch.http`, :mod:`~npystore.fetch.generic` (every other fsspec
   filesystem);
 - their helpers: :mod:`~npystore.fetch.opening` (the opening request),
+  :mod:`~npystore.fetch.openget` (the retry loop of the opening GETs),
   :mod:`~npystore.fetch.remote` (retries and budgets), :mod:`~npystore.fetch.s3direct`
   (presigned S3 GETs), :mod:`~npystore.fetch.fileobj` (open file objects);
 - :mod:`~npystore.fetch.many`, :mod:`~npystore.fetch.s3many`: many objects named by a list,

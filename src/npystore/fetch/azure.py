@@ -42,7 +42,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from npystore.errors import FetchError
-from npystore.fetch import opening, remote, s3direct
+from npystore.fetch import openget, remote, s3direct
 from npystore.fetch.identity import ObjectIdentity
 from npystore.fetch.remote import READ_BUDGET
 from npystore.fetch.transport import PinnedRanges
@@ -196,7 +196,7 @@ class BlobTarget:
             404; 401 or 403 on the SDK's path.
         s3direct.PreconditionFailed
             412: the ETag no longer matches.
-        opening.RangeNotSatisfiable
+        openget.RangeNotSatisfiable
             416 (an empty blob).
         s3direct.RetryableStatus
             408, 429, 5xx.
@@ -252,7 +252,7 @@ class BlobTarget:
         if status == 412:
             raise s3direct.PreconditionFailed(f"412 from Azure: {body}")
         if status == 416:
-            raise opening.RangeNotSatisfiable(body)
+            raise openget.RangeNotSatisfiable(body)
         if status in _RETRYABLE:
             raise s3direct.RetryableStatus(f"HTTP {status} from Azure: {body}")
         raise _Unusable(f"HTTP {status} from Azure: {body}")
@@ -305,7 +305,7 @@ class BlobTarget:
         except HttpResponseError as exc:
             code = exc.status_code
             if code == 416:
-                raise opening.RangeNotSatisfiable(str(exc)) from exc
+                raise openget.RangeNotSatisfiable(str(exc)) from exc
             if code in _RETRYABLE:
                 raise s3direct.RetryableStatus(f"HTTP {code} from Azure: {exc.message}") from exc
             raise FetchError(f"HTTP {code} from Azure for {self.blob}: {exc.message}") from exc
@@ -332,7 +332,7 @@ def azure_open(
 ) -> tuple[Mapping[str, Any], bytes]:
     """Identity (an ``info`` dict with the ETag) and the first ``count`` (> 0) bytes of a
     blob, from one ranged GET retried within ``budget`` (see
-    :func:`npystore.fetch.opening.open_within`)."""
+    :func:`npystore.fetch.openget.open_within`)."""
     from fsspec.asyn import sync  # noqa: PLC0415 - adlfs is async
 
     got: tuple[Mapping[str, Any], bytes] = sync(
@@ -346,7 +346,7 @@ async def _azure_opening(
 ) -> tuple[Mapping[str, Any], bytes]:
     target = BlobTarget(fs, path)
 
-    async def attempt(wanted: str) -> opening.Opened:
+    async def attempt(wanted: str) -> openget.Opened:
         first, _, last = wanted.removeprefix("bytes=").partition("-")
         headers, data = await target.get(int(first), int(last) + 1)
         length = headers.get("Content-Length")
@@ -355,7 +355,7 @@ async def _azure_opening(
             "VersionId": headers.get("VersionId"),
             "LastModified": headers.get("Last-Modified"),
         }
-        return opening.Opened(
+        return openget.Opened(
             headers.get("Content-Range") or "",
             int(length) if length and length.isdigit() else None,
             bytes(data),
@@ -366,7 +366,7 @@ async def _azure_opening(
         info: Mapping[str, Any] = await fs._info(path)
         return info
 
-    return await opening.open_within(name, count, budget, attempt, empty)
+    return await openget.open_within(name, count, budget, attempt, empty)
 
 
 class AzureRanges(PinnedRanges):

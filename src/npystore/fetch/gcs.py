@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Final
 from urllib.parse import urlsplit
 
 from npystore.errors import ConsistencyError, FetchError, UnsupportedError
-from npystore.fetch import opening, remote, s3direct
+from npystore.fetch import openget, opening, remote, s3direct
 from npystore.fetch.identity import ObjectIdentity
 from npystore.fetch.remote import READ_BUDGET
 from npystore.fetch.transport import PinnedRanges
@@ -73,7 +73,7 @@ async def _get(
     ------
     FileNotFoundError, PermissionError
         404; 401 or 403.
-    opening.RangeNotSatisfiable
+    openget.RangeNotSatisfiable
         416.
     s3direct.RetryableStatus
         408, 429, 5xx.
@@ -99,7 +99,7 @@ async def _get(
     if status in (401, 403):
         raise PermissionError(f"HTTP {status} from GCS: {body}")
     if status == 416:
-        raise opening.RangeNotSatisfiable(body)
+        raise openget.RangeNotSatisfiable(body)
     if status in _RETRYABLE:
         raise s3direct.RetryableStatus(f"HTTP {status} from GCS: {body}")
     raise FetchError(f"HTTP {status} from GCS for {url}: {body}")
@@ -110,7 +110,7 @@ def gcs_open(
 ) -> tuple[Mapping[str, Any], bytes]:
     """Identity (an ``info`` dict with the generation) and the first ``count`` bytes (last
     ``-count`` if negative) of a GCS object, from one ranged GET retried within ``budget``
-    (see :func:`npystore.fetch.opening.open_within`)."""
+    (see :func:`npystore.fetch.openget.open_within`)."""
     from fsspec.asyn import sync  # noqa: PLC0415 - gcsfs is async
 
     got: tuple[Mapping[str, Any], bytes] = sync(
@@ -128,7 +128,7 @@ async def _gcs_opening(
         return info, b""
     url = fs.url(path)
 
-    async def attempt(wanted: str) -> opening.Opened:
+    async def attempt(wanted: str) -> openget.Opened:
         headers, data = await _get(fs, url, wanted)
         answered = headers.get("X-Goog-Generation")
         if generation and answered and answered != str(generation):
@@ -151,7 +151,7 @@ async def _gcs_opening(
             "ETag": headers.get("ETag"),
             "LastModified": headers.get("Last-Modified"),
         }
-        return opening.Opened(
+        return openget.Opened(
             headers.get("Content-Range", ""),
             int(length) if length and length.isdigit() else None,
             bytes(data),
@@ -162,7 +162,7 @@ async def _gcs_opening(
         info: Mapping[str, Any] = await fs._info(path)
         return info
 
-    return await opening.open_within(name, count, budget, attempt, empty)
+    return await openget.open_within(name, count, budget, attempt, empty)
 
 
 class GcsRanges(PinnedRanges):
