@@ -17,11 +17,13 @@ import os
 import re
 import warnings
 from collections.abc import Callable
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from packaging.version import Version
 
 pytest.importorskip("virtualizarr")
 xr = pytest.importorskip("xarray")
@@ -30,6 +32,7 @@ obstore_store = pytest.importorskip("obstore.store")
 from obspec_utils.registry import ObjectStoreRegistry  # noqa: E402
 from virtualizarr import open_virtual_dataset  # noqa: E402
 
+import npystore  # noqa: E402
 from npystore.errors import UnsupportedError  # noqa: E402
 from npystore.faces.refs import plan  # noqa: E402
 from npystore.virtualizarr import NpystoreParser  # noqa: E402
@@ -60,6 +63,10 @@ def through_kerchunk_writer(vds: Any) -> Any:
     """VirtualiZarr's kerchunk writer, reopened with kerchunk's engine."""
     refs = vds.vz.to_kerchunk(format="dict")
     return xr.open_dataset(refs, engine="kerchunk", mask_and_scale=False)
+
+
+#: VirtualiZarr's kerchunk writer writes arrays without chunks (shape (0, 5)) from 2.7.3 on
+VZ_WRITES_EMPTY = Version(version("virtualizarr")) >= Version("2.7.3")
 
 
 def require(module: str) -> Any:
@@ -173,7 +180,8 @@ def test_awkward_npy_through_the_manifest_store(tmp_path: Path, local: Any, want
 
 
 def _files(root: Path) -> dict[str, dict[str, Any]]:
-    """An .npy in Fortran order, a stored .npz with awkward members, a MAT v7.3 file."""
+    """An .npy in Fortran order, a stored .npz with awkward members, a MAT v7.3 file, an
+    archive of npystore.savez_compressed."""
     rng = np.random.default_rng(7)
     fortran = np.asfortranarray(np.arange(6 * 35, dtype=">f4").reshape(6, 35))
     np.save(root / "f.npy", fortran)
@@ -192,7 +200,9 @@ def _files(root: Path) -> dict[str, dict[str, Any]]:
         "k": rng.standard_normal((33, 17)) > 0,
     }
     write_v73(root / "m.mat", variables)
-    return {"f.npy": {"data": fortran}, "s.npz": members, "m.mat": variables}
+    deflated = {"c": members["c"], "f": members["f"]}  # one chunk per deflate block
+    npystore.savez_compressed(str(root / "d.npz"), **deflated)
+    return {"f.npy": {"data": fortran}, "s.npz": members, "m.mat": variables, "d.npz": deflated}
 
 
 @pytest.mark.parametrize("writer", sorted(WRITERS))
@@ -202,12 +212,21 @@ def test_every_array_through_every_writer(tmp_path: Path, local: Any, writer: st
     0-d arrays as one element; reopened, they equal numpy's arrays."""
     root = tmp_path / "files"
     root.mkdir()
-    for name, arrays in _files(root).items():
+    for name, written in _files(root).items():
+        arrays = dict(written)
         vds = open_virtual_dataset(
             (root / name).as_uri(), registry=local, parser=NpystoreParser(), loadable_variables=[]
         )
         out = tmp_path / name
         out.mkdir()
+        empty = [k for k, a in arrays.items() if a.size == 0]
+        if writer.startswith("kerchunk") and empty and not VZ_WRITES_EMPTY:
+            # VirtualiZarr < 2.7.3: its kerchunk writer fails on an array without chunks
+            with pytest.raises(ValueError, match="zero-sized"):
+                vds.vz.to_kerchunk(format="dict")
+            vds = vds.drop_vars(empty)
+            for key in empty:
+                del arrays[key]
         ds = WRITERS[writer](vds, out, root)
         assert set(ds.data_vars) == set(arrays), name
         for key, want in arrays.items():

@@ -61,6 +61,7 @@ __all__ = [
     "crc32",
     "deflate_block",
     "gzip_trailer",
+    "inflate_chunk",
     "inflate_from",
     "inflate_from_into",
     "inflater_name",
@@ -396,13 +397,16 @@ def _inflate_into(d: Any, data: memoryview, skip: int, out: memoryview) -> int:
     produced = 0
     fed = 0
     tail: bytes | memoryview = b""
+    capped = False  # the last call stopped at its limit: it may hold output back
     while produced < want:
-        if not tail:
+        if not tail and not capped:
             if fed >= len(data) or d.eof:
                 break
             tail = data[fed : fed + _IN_PIECE]
             fed += len(tail)
-        chunk = d.decompress(tail, min(_OUT_PIECE, want - produced))
+        limit = min(_OUT_PIECE, want - produced)
+        chunk = d.decompress(tail, limit)
+        capped = len(chunk) == limit and not d.eof
         tail = d.unconsumed_tail
         lo, hi = max(produced, skip), min(produced + len(chunk), want)
         if hi > lo:
@@ -451,4 +455,64 @@ def deflate_block(data: bytes | memoryview, *, final: bool) -> bytes:
         c = isal_zlib.compressobj(ISAL_LEVEL, isal_zlib.DEFLATED, -15)
         mode = isal_zlib.Z_FINISH if final else isal_zlib.Z_FULL_FLUSH
     out: bytes = c.compress(data) + c.flush(mode)
+    return out
+
+
+def inflate_chunk(data: bytes | memoryview, size: int, *, source: str = "<chunk>") -> bytes:
+    """A raw deflate stream that starts with an empty dictionary, inflated into at most
+    ``size`` bytes: one chunk of a reference to an independent deflate block.
+
+    The stream must produce exactly ``size`` bytes, or fewer only if it ends there (its last
+    block has BFINAL set: the member's last block, which holds the array's last, shorter
+    chunk). Every input byte must be consumed. Output is never allowed past ``size``: a
+    block cannot inflate into more memory than its chunk.
+
+    Parameters
+    ----------
+    data : bytes
+        The compressed block (whole deflate blocks, byte-aligned at both ends).
+    size : int
+        Bytes one chunk holds.
+    source : str
+        Name for error messages.
+
+    Returns
+    -------
+    bytes
+        ``size`` bytes, or fewer at the end of the stream.
+
+    Raises
+    ------
+    FormatError
+        Corrupt data, output past ``size``, a stream cut short, or bytes after its end.
+    """
+    d = raw_decompressobj()
+    pieces: list[bytes] = []
+    produced = 0
+    tail: bytes | memoryview = data
+    try:
+        while produced <= size and not d.eof:
+            piece: bytes = d.decompress(tail, size + 1 - produced)
+            tail = d.unconsumed_tail
+            if not piece:
+                break  # input used up, no output held back
+            pieces.append(piece)
+            produced += len(piece)
+    except INFLATE_ERRORS as exc:
+        raise FormatError(f"{source}: corrupt deflate data: {exc}") from None
+    out = b"".join(pieces)
+    if len(out) > size:
+        raise FormatError(
+            f"{source}: the deflate block inflates past {size} bytes, the size of one chunk"
+        )
+    if d.unconsumed_tail or d.unused_data:
+        raise FormatError(
+            f"{source}: the deflate block ends before its last "
+            f"{len(d.unconsumed_tail) + len(d.unused_data)} bytes (expected one block per chunk)"
+        )
+    if len(out) < size and not d.eof:
+        raise FormatError(
+            f"{source}: the deflate block inflates to {len(out)} bytes, not {size}, and does "
+            f"not end the stream (cut short?)"
+        )
     return out

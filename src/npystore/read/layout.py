@@ -46,6 +46,7 @@ __all__ = [
     "Storage",
     "contiguous_chunks",
     "full_selection",
+    "largest_divisor",
     "plan_reads",
     "storage_token",
 ]
@@ -538,6 +539,25 @@ def contiguous_chunks(
                 sizes[e] = 1
             break
     return tuple(_blocks(n, size) for n, size in zip(shape, sizes, strict=True))
+
+
+def largest_divisor(n: int, limit: int) -> int:
+    """The largest divisor of ``n`` (> 0) that is at most ``limit`` (1 when none is larger).
+
+    >>> largest_divisor(354, 170), largest_divisor(1_000_003, 1000)
+    (118, 1)
+    """
+    best = 1
+    root = math.isqrt(n)
+    step = 1 << 20
+    for start in range(1, root + 1, step):
+        i = np.arange(start, min(start + step, root + 1), dtype=np.int64)
+        hits = i[n % i == 0]
+        for d in hits.tolist():
+            for cand in (d, n // d):
+                if best < cand <= limit:
+                    best = cand
+    return best
 
 
 def _blocks(n: int, size: int) -> tuple[int, ...]:

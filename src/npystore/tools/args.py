@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-__all__ = ["CliError", "chunk_spec", "is_url", "parse_slice", "parse_storage_options",
+__all__ = ["CliError", "byte_size", "chunk_spec", "is_url", "parse_slice", "parse_storage_options",
            "positive_int", "split_member"]  # fmt: skip
 
 _MEMBER_SUFFIX: Final = re.compile(r"\.(npz|mat)$", re.IGNORECASE)
@@ -168,6 +168,20 @@ def positive_int(text: str) -> int:
     if not _INT.fullmatch(text.strip()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
     return int(text)
+
+
+def byte_size(text: str) -> int:
+    """A number of bytes, as an int or with a unit (``"16MiB"``, ``"1GB"``; an argparse
+    ``type``)."""
+    from dask.utils import parse_bytes  # noqa: PLC0415 - dask only for this option
+
+    try:
+        size = int(parse_bytes(text.strip()))
+    except (ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (16MiB, 1000000)") from exc
+    if size < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative")
+    return size
 
 
 def chunk_spec(text: str) -> Any:

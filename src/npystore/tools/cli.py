@@ -30,6 +30,7 @@ from npystore.errors import NpystoreError
 from npystore.fetch import write_object
 from npystore.tools.args import (
     CliError,
+    byte_size,
     chunk_spec,
     is_url,
     parse_slice,
@@ -63,8 +64,13 @@ def _refs_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, out: 
         if isinstance(chunks, tuple) and len(chunks) == 1:
             chunks = chunks[0]  # one length: every axis, every member (as an int in the API)
         try:
+            limit = {} if args.max_inline is None else {"max_inline": args.max_inline}
             refs = npystore.to_kerchunk(
-                args.url, storage_options=options, zarr_format=args.zarr_format, chunks=chunks
+                args.url,
+                storage_options=options,
+                zarr_format=args.zarr_format,
+                chunks=chunks,
+                **limit,
             )
         except ValueError as exc:
             if isinstance(exc, NpystoreError):  # malformed input: reported as such
@@ -234,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="chunks as in open_npy: lengths per axis (1000,-1), one length for every axis, "
         "auto, or a size (16MiB) (default: chosen so that byte ranges carry the data)",
+    )
+    p.add_argument(
+        "--max-inline",
+        type=byte_size,
+        metavar="SIZE",
+        help="most bytes of values inlined into the references in all (default 16MiB)",
     )
     p.set_defaults(run=_refs_cmd)
 

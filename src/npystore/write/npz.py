@@ -10,17 +10,22 @@ compute); the sink commits at the end or aborts on any failure.
 
 The blocks of each member are computed by dask a window at a time (a few slabs, in
 parallel) and joined in order. ``savez_compressed`` deflates every slab as independent
-blocks of :func:`deflate_block_size` bytes, in parallel on a thread pool (ISA-L when
-installed): each block but the member's last ends with a full flush, so the joined blocks
-are one valid deflate stream, the CRC-32 is combined from the blocks', and the block
-boundaries are written into the member's central directory entry (npystore's block index,
-:mod:`npystore.formats.zipdir._blocks`): :func:`npystore.open_npz` slices such a member with
-one range read and no index pass.
+pieces, in parallel on a thread pool (ISA-L when installed): each piece but the member's
+last ends with a full flush, so the joined pieces are one valid deflate stream, and the
+CRC-32 is combined from the pieces'. The member's blocks are fixed before any slab is
+computed (:func:`block_bounds`): the ``.npy`` header is block 0, and every later block
+holds whole chunks of the array (:func:`aligned_block_size`: rows of the slowest axis, at
+most :func:`deflate_block_size` bytes); a slab cut inside a block gives two pieces that,
+joined, are that block. The block boundaries are written into the member's central
+directory entry (npystore's block index, :mod:`npystore.formats.zipdir._blocks`):
+:func:`npystore.open_npz` slices such a member with one range read and no index pass, and
+:func:`npystore.to_kerchunk` refers to each block as one chunk.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import threading
 import time
@@ -36,14 +41,26 @@ from npystore.fetch.sink import Receipt, Sink, open_sink
 from npystore.formats import zipdir
 from npystore.formats.deflate import crc32, deflate_block
 from npystore.read.crccheck import crc32_combine
+from npystore.read.layout import largest_divisor
 from npystore.write.npy import PART_SIZE, part_size
 from npystore.write.source import Source, as_source, block_bytes, compute_named
 
-__all__ = ["PartStream", "deflate_block_size", "savez", "savez_compressed", "write_archive"]
+__all__ = [
+    "PartStream",
+    "aligned_block_size",
+    "block_bounds",
+    "deflate_block_size",
+    "savez",
+    "savez_compressed",
+    "write_archive",
+]
 
 #: Uncompressed bytes of one independent deflate block (more for members so large that
 #: the block index would need more than ~4,000 blocks).
 DEFLATE_BLOCK: Final = 2**20
+#: Smallest block of whole chunks when rows are larger than a block (a divisor of the next
+#: axis); below it, blocks are cut every DEFLATE_BLOCK bytes instead.
+MIN_ALIGNED_BLOCK: Final = 128 * 2**10
 #: Members (and directories) whose sizes may reach this are written with ZIP64 records.
 ZIP64_FROM: int = zipdir.ZIP64_LIMIT
 STORED, DEFLATED = 0, 8
@@ -64,6 +81,46 @@ def deflate_block_size(usize: int) -> int:
     """Uncompressed bytes per deflate block for a member of ``usize`` bytes."""
     per = -(-usize // 4000)
     return max(DEFLATE_BLOCK, -(-per // 2**20) * 2**20)
+
+
+def aligned_block_size(shape: tuple[int, ...], itemsize: int, target: int) -> int | None:
+    """Bytes per block such that every block holds whole chunks of an array, or ``None``.
+
+    ``shape`` is in the order of the array's bytes. Where one index along the slowest axis
+    (a row) fits ``target``, blocks hold as many rows as fit (the last block what is left);
+    otherwise they hold ``c`` indices of the first axis whose index fits, with ``c`` dividing
+    that axis (the axes before it chunked by 1), so every block is whole chunks of one
+    shape. ``None`` where no such block fits ``target`` within :data:`zipdir.MAX_BLOCKS`,
+    or where the divisor leaves blocks under :data:`MIN_ALIGNED_BLOCK` (they would compress
+    poorly).
+
+    >>> aligned_block_size((100_000, 3), 8, 2**20), aligned_block_size((5, 700, 1000), 4, 2**20)
+    (1048560, 700000)
+    """
+    data = math.prod(shape) * itemsize
+    if data == 0:
+        return target
+    for d, n in enumerate(shape):
+        unit = itemsize * math.prod(shape[d + 1 :])
+        if unit > target:
+            continue
+        count = min(n, target // unit) if d == 0 else largest_divisor(n, target // unit)
+        size = count * unit
+        if d > 0 and size < MIN_ALIGNED_BLOCK:
+            return None
+        return size if -(-data // size) < zipdir.MAX_BLOCKS else None
+    return data if not shape and data <= target else None
+
+
+def block_bounds(src: Source) -> tuple[int, int]:
+    """Where a member's blocks end: ``(first, step)``, block boundaries at ``first + k *
+    step`` of the member's bytes (the header alone in block 0, then whole chunks; or, when
+    no aligned size fits, every :func:`deflate_block_size` bytes from the start)."""
+    target = deflate_block_size(src.size)
+    size = aligned_block_size(src.shape, src.itemsize, target)
+    if size is None:
+        return target, target
+    return len(src.header), size
 
 
 class PartStream:
@@ -119,7 +176,8 @@ class _Encoded:
     data: Any
     usize: int
     crc: int
-    blocks: tuple[tuple[int, int, int], ...] = ()
+    #: per piece: compressed size, uncompressed size, CRC-32, whether a block ends with it
+    pieces: tuple[tuple[int, int, int, bool], ...] = ()
 
 
 def _encode(
@@ -128,17 +186,24 @@ def _encode(
     meta: tuple[Any, Any, str] | None,
     compress: bool,
     final: bool,
-    block_size: int,
+    start: int,
+    bounds: tuple[int, int],
 ) -> _Encoded:
     """A slab's bytes (the member's npy header before the first), stored or deflated as
-    independent blocks."""
+    independent pieces cut at the member's block boundaries (``start``: where the slab's
+    bytes begin in the member)."""
     raw: Any = block_bytes(block, *meta) if meta is not None else np.empty(0, np.uint8)
     if head:
         raw = np.concatenate([np.frombuffer(head, np.uint8), raw])
     if not compress:
         return _Encoded(raw, raw.nbytes, crc32(raw))
-    cuts = [*range(0, raw.nbytes, block_size), raw.nbytes]
-    pieces = [raw[a:b] for a, b in itertools.pairwise(cuts)] or [raw]
+    first, step = bounds
+    stop = start + raw.nbytes
+    cut = first if start < first else first + (start - first) // step * step + step
+    cuts = [start, *range(cut, stop, step), stop] if cut < stop else [start, stop]
+    ends = [(c == stop and final) or c == first or (c > first and (c - first) % step == 0)
+            for c in cuts[1:]]  # fmt: skip
+    pieces = [raw[a - start : b - start] for a, b in itertools.pairwise(cuts)]
     last = len(pieces) - 1
 
     def one(k: int) -> tuple[bytes, int]:
@@ -148,8 +213,8 @@ def _encode(
     crc = 0
     for (_, c), p in zip(done, pieces, strict=True):
         crc = crc32_combine(crc, c, p.nbytes)
-    blocks = tuple((len(d), p.nbytes, c) for (d, c), p in zip(done, pieces, strict=True))
-    return _Encoded(b"".join(d for d, _ in done), raw.nbytes, crc, blocks)
+    out = tuple((len(d), p.nbytes, c, e) for (d, c), p, e in zip(done, pieces, ends, strict=True))
+    return _Encoded(b"".join(d for d, _ in done), raw.nbytes, crc, out)
 
 
 def _member(src: Source, url: str, compress: bool) -> Iterator[_Encoded]:
@@ -159,10 +224,11 @@ def _member(src: Source, url: str, compress: bool) -> Iterator[_Encoded]:
     indices = list(np.ndindex(*x.numblocks))
     sizes = src.block_sizes()
     todo = [k for k in range(len(keys)) if sizes[k]]
-    bs = deflate_block_size(src.size)
+    bounds = block_bounds(src)
     if not todo:
-        yield _encode(src.header, None, None, compress, True, bs)
+        yield _encode(src.header, None, None, compress, True, 0, bounds)
         return
+    starts = list(itertools.accumulate(sizes, initial=len(src.header)))
     encode = delayed(_encode, pure=False)
     window = max(2, os.cpu_count() or 1)
     for w in range(0, len(todo), window):
@@ -171,7 +237,8 @@ def _member(src: Source, url: str, compress: bool) -> Iterator[_Encoded]:
             shape = tuple(c[i] for c, i in zip(x.chunks, indices[k], strict=True))
             meta = (x.dtype, shape, f"{url}: block {indices[k]}")
             head = src.header if k == todo[0] else b""
-            tasks.append(encode(head, keys[k], meta, compress, k == todo[-1], bs))
+            start = 0 if head else starts[k]
+            tasks.append(encode(head, keys[k], meta, compress, k == todo[-1], start, bounds))
         yield from compute_named(tasks, url)
 
 
@@ -200,14 +267,19 @@ def write_archive(
             csizes: list[int] = []
             usizes: list[int] = []
             crcs: list[int] = []
+            block = (0, 0, 0)  # the block being joined from pieces
             for enc in _member(src, url, compress):
                 stream.append(enc.data)
                 crc = crc32_combine(crc, enc.crc, enc.usize)
                 csize += memoryview(enc.data).nbytes
-                for c, u, bc in enc.blocks:
-                    csizes.append(c)
-                    usizes.append(u)
-                    crcs.append(bc)
+                for c, u, bc, ends in enc.pieces:
+                    c0, u0, crc0 = block
+                    block = (c0 + c, u0 + u, crc32_combine(crc0, bc, u))
+                    if ends:
+                        csizes.append(block[0])
+                        usizes.append(block[1])
+                        crcs.append(block[2])
+                        block = (0, 0, 0)
             stream.append(zipdir.data_descriptor(crc, csize, src.size, zip64))
             extra = b""
             if compress:

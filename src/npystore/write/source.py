@@ -63,11 +63,17 @@ class Source:
         The ``.npy`` header ``numpy.save`` writes for it.
     nbytes : int
         Bytes of data after the header.
+    shape : tuple of int
+        The array's shape in the order of its bytes (reversed for a Fortran-ordered array).
+    itemsize : int
+        Bytes per element.
     """
 
     data: da.Array
     header: bytes
     nbytes: int
+    shape: tuple[int, ...] = ()
+    itemsize: int = 1
 
     @property
     def size(self) -> int:
@@ -97,6 +103,7 @@ def as_source(array: Any, source: str) -> Source:
                              "compute_chunk_sizes() first")  # fmt: skip
         header = header_bytes(array.dtype, array.shape, False)
         data = slabs(array, None)
+        shape, itemsize = tuple(array.shape), array.dtype.itemsize
     else:
         a = np.asarray(array)
         check_writable(a.dtype, source)
@@ -109,8 +116,9 @@ def as_source(array: Any, source: str) -> Source:
         data = da.from_array(  # type: ignore[no-untyped-call]
             raw, chunks=NUMPY_SLAB, name=False, asarray=False
         )
+        shape, itemsize = tuple(flat.shape), a.dtype.itemsize
     nbytes = math.prod(data.shape) * data.dtype.itemsize
-    return Source(data, header, nbytes)
+    return Source(data, header, nbytes, shape, itemsize)
 
 
 def _contiguous(chunks: tuple[tuple[int, ...], ...], shape: tuple[int, ...]) -> bool:

@@ -57,7 +57,9 @@ __all__ = ["NpystoreParser"]
 
 
 class NpystoreParser:
-    """VirtualiZarr parser for ``.npy``, ``.npz`` (stored members) and MAT v7.3 files.
+    """VirtualiZarr parser for ``.npy``, ``.npz`` (stored members, and deflated members of
+    archives written by :func:`npystore.savez_compressed`: one chunk per deflate block, with
+    the codec ``numcodecs.npystore.raw_deflate``) and MAT v7.3 files.
 
     Parameters
     ----------
@@ -83,10 +85,11 @@ class NpystoreParser:
     Notes
     -----
     A manifest holds no bytes, so an array no byte range of the file holds (a deflated
-    ``.npz`` member, a compressed MAT v5 variable) is refused with
-    :class:`~npystore.errors.UnsupportedError` (convert it with ``npystore convert``, or
-    name it in ``skip_variables``); small values that arrived with the metadata (MATLAB
-    text, HDF5 compact datasets) are left out with a warning.
+    member of a ``numpy.savez_compressed`` archive: re-deflate it with ``npystore convert
+    x.npz y.npz``; a compressed MAT v5 variable: convert it with ``npystore convert``) is
+    refused with :class:`~npystore.errors.UnsupportedError` (or name it in
+    ``skip_variables``); small values that arrived with the metadata (MATLAB text, HDF5
+    compact datasets) are left out with a warning.
 
     Examples
     --------
