@@ -496,3 +496,125 @@ def test_arrays_cross_zarr_versions(tmp_path: Path) -> None:
                 assert outcome == "values" or outcome.startswith("refused"), (name, outcome)
             else:
                 assert outcome in ("exact", "values"), (name, kind, outcome)
+
+
+#: record dtypes zarr stores exactly on some versions and not on others (structured.py's list)
+RECORDS = {
+    "packed": "[('a', '<i4'), ('b', '<f8'), ('c', 'S3'), ('d', '?')]",
+    "packed_nested": "[('a', '<i4'), ('b', [('c', '<u2'), ('d', '<M8[ns]')])]",
+    "deep": "[('l1', [('l2', [('v', '<i8')])]), ('w', '<c8')]",
+    "one_byte": "[('a', 'u1'), ('b', 'S2'), ('c', '?'), ('d', 'i1')]",
+    "leaves": "[('h', '<f2'), ('z', '<c16'), ('u', '<U3'), ('v', 'V3'), ('t', '<m8[us]')]",
+    "utf8_names": "[('\\u00e9t\\u00e9', '<i4'), ('\\u2603', '<f8')]",
+    "big_endian": "[('a', '>i4')]",
+    "mixed_order": "[('le', '<f8'), ('be', '>f8'), ('s', '<U2')]",
+    "nested_big_endian": "[('a', '<i4'), ('b', [('c', '>f8'), ('d', 'S3')])]",
+    "unitless_datetime": "[('t', '<M8')]",
+    "unitless_timedelta": "[('t', '<m8')]",
+    "aligned": "np.dtype([('a', 'u1'), ('b', '<f8')], align=True)",
+    "offsets": "{'names': ['a', 'b'], 'formats': ['<i2', '<f4'], 'offsets': [0, 8], "
+    "'itemsize': 16}",
+    "trailing_pad": "{'names': ['a'], 'formats': ['<i2'], 'offsets': [0], 'itemsize': 4}",
+    "titles": "[(('Title', 't'), '<i4'), ('u', '<u2')]",
+    "subarray": "[('x', '<f4', (2, 3)), ('y', 'u1')]",
+    "no_fields": "{'names': [], 'formats': [], 'itemsize': 4}",
+    "long_double": "[('g', '<f16')]",
+}
+
+_ZARR_RECORDS = """
+import json, os, pathlib, sys, warnings
+import numpy as np, zarr
+from zarr.core.dtype import data_type_registry
+mode, root = sys.argv[1], pathlib.Path(sys.argv[2])
+if mode == "with":
+    import npystore
+else:  # zarr alone: without npystore's entry points, which zarr 3.4 would load
+    lazy = data_type_registry._lazy_load_list
+    lazy[:] = [e for e in lazy if not e.value.startswith("npystore")]
+from npy_cases import assert_same, make_array
+warnings.simplefilter("ignore")
+RECORDS = json.loads(os.environ["NPYSTORE_RECORDS"])
+
+def outcome(got, want):
+    try:
+        assert_same(got, want)
+        return "exact"
+    except AssertionError:
+        pass
+    native = want.dtype.newbyteorder("=")
+    if got.dtype.newbyteorder("=") == native and (
+        got.astype(native).tobytes() == want.astype(native).tobytes()
+    ):
+        return "values"
+    return "other: " + str(got.dtype)
+
+out = {}
+for name, text in RECORDS.items():
+    dtype = np.dtype(eval(text)) if not text.startswith("np.") else eval(text)
+    path = root / mode / name
+    if mode in ("alone", "with"):
+        want = make_array(dtype, (5,), "C", seed=1)
+        try:
+            z = zarr.create_array(store=str(path), shape=(5,), chunks=(2,), dtype=dtype)
+            z[...] = want
+        except Exception as exc:
+            out[name] = {"refused": type(exc).__name__}
+            continue
+        np.save(path.with_suffix(".npy"), want)
+        meta = json.loads((path / "zarr.json").read_text())
+        out[name] = {
+            "meta": {k: meta[k] for k in ("data_type", "codecs", "fill_value")},
+            "read": outcome(z[...], want),
+        }
+    else:  # reopen both in this process
+        for side in ("alone", "with"):
+            where = root / side / name
+            if not where.with_suffix(".npy").exists():
+                continue
+            want = np.load(where.with_suffix(".npy"))
+            try:
+                out[side + "/" + name] = outcome(zarr.open_array(str(where), mode="r")[...], want)
+            except Exception as exc:
+                out[side + "/" + name] = "refused: " + type(exc).__name__
+assert mode == "with" or "npystore" not in sys.modules, "npystore was imported"
+print(json.dumps(out))
+"""
+
+
+def _records(mode: str, root: Path) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
+    done = subprocess.run(
+        [sys.executable, "-c", _ZARR_RECORDS, mode, str(root)],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**env, "NPYSTORE_RECORDS": json.dumps(RECORDS)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+@pytest.mark.slow
+def test_npystore_never_changes_what_zarr_does_with_records_it_stores_exactly(
+    tmp_path: Path,
+) -> None:
+    """Per record dtype, on the zarr installed: zarr alone (a process without npystore) and
+    zarr with npystore imported write the same metadata and read the same values wherever
+    zarr alone stores the record exactly (reopened in a new process without npystore, too);
+    npystore takes exactly the others, and those round-trip exactly with npystore."""
+    alone, with_npystore = _records("alone", tmp_path), _records("with", tmp_path)
+    reopened = _records("reopen", tmp_path)  # a new process without npystore
+    for name, text in RECORDS.items():
+        dtype = eval(text) if text.startswith("np.") else np.dtype(eval(text))
+        mine, theirs = with_npystore[name], alone[name]
+        zarr_exact = "meta" in theirs and reopened.get(f"alone/{name}") in ("exact", "values")
+        assert zarr_structured_is_exact(dtype) is zarr_exact, (name, theirs, reopened)
+        if zarr_exact:
+            assert mine == theirs, name  # the same data type, codecs, fill value, values
+            assert reopened[f"with/{name}"] == reopened[f"alone/{name}"], name
+        else:
+            assert mine["meta"]["data_type"]["name"] == "npystore.structured", (name, mine)
+            assert mine["read"] == "exact", (name, mine)
+            got = zarr.open_array(str(tmp_path / "with" / name), mode="r")[...]
+            assert_same(got, np.load(tmp_path / "with" / f"{name}.npy"))
+    keeps_byte_order = {n for n in ("big_endian", "mixed_order") if alone[n].get("read")}
+    assert ZARR_HAS_STRUCT is (reopened["alone/mixed_order"] == "values"), keeps_byte_order
