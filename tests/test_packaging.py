@@ -90,6 +90,8 @@ def test_no_upper_bound_but_zarrs_next_major_version() -> None:
         for line in (ROOT / ".ci" / "oldest.txt").read_text().splitlines()
         if "==" in line and not line.startswith("#")
     )
-    assert pins  # every pin is a declared floor, exactly
-    for name, pinned in pins.items():
-        assert Version(pinned) == Version(floors[name.lower()]), (name, pinned)
+    named = {"zarr", "virtualizarr", "numpy", "dask", "fsspec", "s3fs", "xarray", "h5py", "scipy"}
+    assert named <= set(pins)
+    for name, pinned in pins.items():  # a declared floor, exactly (else a resolution hint)
+        if name in floors:
+            assert Version(pinned) == Version(floors[name]), (name, pinned)

@@ -74,7 +74,9 @@ class _Gate:
     @classmethod
     def _from_json_resolved(cls, data: DTypeJSON, *, resolver: Any) -> Structured:
         """zarr >= 3.4 reads JSON through this (with nested data types resolved in context)."""
-        return cast("Structured", cls._wraps._from_json_resolved(data, resolver=resolver))  # type: ignore[attr-defined,unused-ignore]
+        resolve = cls._wraps._from_json_resolved  # type: ignore[attr-defined,unused-ignore]
+        found: Structured = resolve(data, resolver=resolver)
+        return found
 
 
 @functools.cache
