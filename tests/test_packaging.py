@@ -79,7 +79,7 @@ def test_no_upper_bound_but_zarrs_next_major_version() -> None:
     assert isinstance(extras, dict)
     specs = [*project["dependencies"], *(s for group in extras.values() for s in group)]  # type: ignore[attr-defined]
     capped = [s for s in specs if "<" in s.split(";")[0]]
-    assert capped == ["zarr>=3.1.2,<4"]
+    assert capped == ["zarr>=3.1.3,<4"]
     floors = {}
     for spec in specs:
         found = re.match(r"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?>=([0-9.]+)", spec)

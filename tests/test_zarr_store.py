@@ -180,7 +180,6 @@ def test_writes_are_refused(store: LayoutStore) -> None:
         lambda: store.delete_dir("a"),
         store.clear,
         lambda: store._set_many([("k", buf)]),
-        lambda: store.set_partial_values([("a/c/0", 0, b"x")]),
     ):
         with pytest.raises(UnsupportedError, match="read-only"):
             sync(call())

@@ -322,12 +322,6 @@ class LayoutStore(Store):
         """Refused: the store is read-only."""
         raise self._refuse()
 
-    async def set_partial_values(
-        self, key_start_values: Iterable[tuple[str, int, bytes | bytearray | memoryview]]
-    ) -> None:
-        """Refused: the store is read-only (abstract in zarr 3.1.0, gone in later zarr)."""
-        raise self._refuse()
-
     async def delete(self, key: str) -> None:
         """Refused: the store is read-only."""
         raise self._refuse()
