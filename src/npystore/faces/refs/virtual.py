@@ -49,6 +49,7 @@ from npystore.faces.dask import ChunksSpec
 from npystore.faces.refs.kerchunk import NPY_ARRAY, dimension_names, open_tree, variable_name
 from npystore.faces.refs.plan import ArrayRefs, plan_array
 from npystore.faces.tree import ArrayNode, GroupNode, Node
+from npystore.faces.zarr.dtypes import bytes_codec_for, zarr_dtype_for
 from npystore.files.zip import DEFAULT_MAX_MEMBERS
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
 from npystore.read.layout import InlineExtent
@@ -198,6 +199,12 @@ def _manifest_array(
         codecs.append(
             {"name": "transpose", "configuration": {"order": list(range(layout.ndim))[::-1]}}
         )
+    # the data type and bytes codec of npystore's store: zarr's own type where it reads the
+    # raw bytes as they are, else npystore's (a record of both byte orders, which
+    # VirtualiZarr >= 2.8 refuses to infer a bytes codec for, and which zarr's struct would
+    # read with one byte order)
+    zdtype = zarr_dtype_for(layout.dtype)
+    codecs.append(bytes_codec_for(layout.dtype, zdtype))
     for f in refs.filters:
         config = {k: v for k, v in f.items() if k != "id"}
         codecs.append({"name": f"numcodecs.{f['id']}", "configuration": config})
@@ -211,7 +218,7 @@ def _manifest_array(
     attributes = {k: v for k, v in refs.node.attributes.items() if k != "npystore"}
     metadata = create_v3_array_metadata(
         shape=shape,
-        data_type=layout.dtype,
+        data_type=zdtype,
         chunk_shape=chunks,
         fill_value=fill,
         codecs=codecs,
