@@ -1,8 +1,12 @@
 """Writer benchmarks (issue 19): each row npystore vs its anchor, timed in turn in one run.
 
+- ``write-npy-local``: ``npystore.save`` of a numpy array (float64) to a local file vs
+  ``numpy.save``, the default (atomic rename, no fsync) and ``durable=True`` (file and
+  directory fsynced, in the note). Target: <= 1.2x numpy's time.
 - ``write-npz-local``: ``npystore.savez_compressed`` of compressible float64 data (rounded
-  random walk) to a local file vs ``numpy.savez_compressed``; the compressed sizes too.
-  Target: <= 0.6x numpy's time at a similar ratio.
+  random walk) to a local file vs ``numpy.savez_compressed``, at the default
+  ``compresslevel`` (6); the compressed sizes too. Target: <= 0.6x numpy's time at a similar
+  ratio.
 - ``write-s3-cloud``: a lazily generated dask array (``da.random``, 32 MiB chunks) to S3
   through the cloud model (``cloud.py``: rclone behind ``_proxy.py``, 30 ms per request,
   40 MiB/s per connection each way) with ``npystore.save`` vs ``numpy.save`` of the
@@ -16,7 +20,7 @@
   generated array to a local file, in a fresh process, against its chunk size. Target:
   < 3 chunks + 64 MiB.
 
-Run through ``benchmarks/run.py`` (``--only write`` runs all four); the rows go to their own
+Run through ``benchmarks/run.py`` (``--only write`` runs all five); the rows go to their own
 section of ``benchmarks/RESULTS.md``.
 """
 
@@ -50,6 +54,35 @@ def _compressible(nbytes: int) -> np.ndarray:
 SECTION = "write"
 
 
+def bench_npy_local(workdir: Path, size: int, repeat: int) -> list[Row]:
+    a = np.random.default_rng(0).standard_normal(size // 8)
+    ours_p, theirs_p, durable_p = (workdir / f"write-{n}.npy" for n in ("ours", "np", "durable"))
+    t = rounds(
+        {
+            "npystore": lambda: npystore.save(str(ours_p), a),
+            "numpy": lambda: np.save(theirs_p, a),
+            "durable": lambda: npystore.save(str(durable_p), a, durable=True),
+        },
+        repeat,
+    )
+    if ours_p.read_bytes() != theirs_p.read_bytes():
+        raise SystemExit("write-npy-local: npystore.save wrote other bytes than numpy.save")
+    for p in (ours_p, theirs_p, durable_p):
+        p.unlink()
+    durable = statistics.median(t["durable"])
+    return [
+        Row(
+            scenario=f"local save, {size >> 20} MiB float64 numpy array: npystore vs numpy",
+            ours=Timing("npystore.save", t["npystore"]),
+            anchor=Timing("numpy.save", t["numpy"]),
+            target=1.2,
+            note=f"atomic rename, no fsync (numpy's durability); durable=True (file and "
+            f"directory fsynced): {durable:.3f} s",
+            section=SECTION,
+        )
+    ]
+
+
 def bench_npz_local(workdir: Path, size: int, repeat: int) -> list[Row]:
     a = _compressible(size)
     ours_p, theirs_p = workdir / "write-ours.npz", workdir / "write-numpy.npz"
@@ -71,7 +104,8 @@ def bench_npz_local(workdir: Path, size: int, repeat: int) -> list[Row]:
             anchor=Timing("numpy.savez_compressed", t["numpy"]),
             target=0.6,
             note=f"compressed size {ratio:.3f}x numpy's (npystore: independent 1 MiB deflate "
-            "blocks on every core, ISA-L level 2; numpy: zlib level 6, one thread)",
+            "blocks on every core, compresslevel 6: zlib-ng or zlib level 6; numpy: zlib "
+            "level 6, one thread)",
             section=SECTION,
         )
     ]
@@ -213,6 +247,7 @@ def section_intro(quick: bool, machine: str, versions: str) -> list[str]:
 
 #: name -> (benchmark, size in MiB of the full run, size in MiB with --quick)
 SCENARIOS: dict[str, tuple[Any, int, int]] = {
+    "write-npy-local": (bench_npy_local, 128, 32),
     "write-npz-local": (bench_npz_local, 512, 32),
     "write-s3-cloud": (bench_s3_cloud, 512, 32),
     "write-s3-cloud10": (bench_s3_cloud10, 256, 32),

@@ -1,7 +1,8 @@
 """The only IO in npystore: :class:`RangeReader`, byte ranges of one object on any fsspec URL.
 
 A reader is bound to one object and to the identity it had when it was opened (size plus
-mtime, ETag or version id). On S3 the identity comes from a ranged ``GetObject`` of the
+ETag or version id; a local file's device, inode, mtime and ctime; see
+:mod:`npystore.fetch.identity`). On S3 the identity comes from a ranged ``GetObject`` of the
 object's first bytes (no ``HeadObject``), so opening and sniffing a file is one round trip.
 It reads ranges through one backend, chosen once when the reader is made:
 
@@ -50,14 +51,27 @@ The package's modules, one job each (this module only re-exports their public na
 - their helpers: :mod:`~npystore.fetch.opening` (the opening request),
   :mod:`~npystore.fetch.remote` (retries and budgets), :mod:`~npystore.fetch.s3direct`
   (presigned S3 GETs), :mod:`~npystore.fetch.fileobj` (open file objects);
+- :mod:`~npystore.fetch.many`, :mod:`~npystore.fetch.s3many`: many objects named by a list,
+  a glob or a folder, opened together (S3: presigned direct GETs, direct listings);
 - :mod:`~npystore.fetch.cache`: local cache files; :mod:`~npystore.fetch.blockfile`: a
-  file object over a reader.
+  file object over a reader;
+- writing: :mod:`~npystore.fetch.sink` (objects written by parts and committed atomically)
+  and :mod:`~npystore.fetch.tempfiles` (their temporary files).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from npystore.fetch.budget import (
+    BUDGET_ENV,
+    BUDGET_OPTION,
+    READ_BUDGET,
+    REMOTE_ATTEMPTS,
+    RETRY_DELAY,
+    RETRY_DELAY_MAX,
+)
 from npystore.fetch.cache import read_cache_file, write_cache_file
-from npystore.fetch.http import IGNORED_RANGE_MAX
 from npystore.fetch.identity import ObjectIdentity
 from npystore.fetch.local import LOCAL_PART_SIZE
 from npystore.fetch.open import OPEN_HEAD, open_reader, write_object
@@ -66,15 +80,20 @@ from npystore.fetch.reader import (
     _restore,  # noqa: F401 - pickles made before the split name it here
     _restore_file,  # noqa: F401 - likewise
 )
-from npystore.fetch.remote import (
-    BUDGET_ENV,
-    BUDGET_OPTION,
-    READ_BUDGET,
-    REMOTE_ATTEMPTS,
-    RETRY_DELAY,
-    RETRY_DELAY_MAX,
-)
 from npystore.fetch.transport import REMOTE_PART_SIZE
+
+if TYPE_CHECKING:
+    from npystore.fetch.http import IGNORED_RANGE_MAX
+
+
+def __getattr__(name: str) -> Any:
+    # the http backend (and asyncio, ssl with it) loads when a remote object is read
+    if name == "IGNORED_RANGE_MAX":
+        from npystore.fetch.http import IGNORED_RANGE_MAX  # noqa: PLC0415
+
+        return IGNORED_RANGE_MAX
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BUDGET_ENV",

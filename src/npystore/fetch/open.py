@@ -9,19 +9,16 @@ bytes too (:mod:`npystore.fetch.opening`), elsewhere ``info``.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Mapping
 from typing import Any, Final
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
-
-from npystore.fetch import opening, remote
+from npystore.fetch.budget import BUDGET_OPTION, budget_from
 from npystore.fetch.fileobj import BinaryFile, FileSource, is_file_object
 from npystore.fetch.identity import ObjectIdentity
-from npystore.fetch.reader import RangeReader
-from npystore.fetch.remote import BUDGET_OPTION
-from npystore.fetch.s3 import is_s3
+from npystore.fetch.reader import RangeReader, is_local
 
 __all__ = ["OPEN_HEAD", "open_reader", "write_object"]
 
@@ -33,9 +30,12 @@ OPEN_HEAD: Final = 128
 def write_object(url: str, data: bytes, storage_options: Mapping[str, Any] | None = None) -> None:
     """Write ``data`` as the whole object at ``url`` (any fsspec URL; the package's tools'
     small outputs, e.g. ``npystore refs -o``)."""
+    from npystore.fetch import opening  # noqa: PLC0415 - fsspec, loaded when used
+
     options = dict(storage_options or {})
     options.pop(BUDGET_OPTION, None)  # npystore's own, for reads
-    with fsspec.open(url, "wb", **options) as f:
+    fs, path = opening.filesystem(url, options)
+    with fs.open(path, "wb") as f:
         f.write(data)
 
 
@@ -102,9 +102,17 @@ def open_reader(
             f"got {type(url).__name__}"
         )
     options = dict(storage_options or {})
-    budget = remote.budget_from(options.pop(BUDGET_OPTION, None))
+    budget = budget_from(options.pop(BUDGET_OPTION, None))
+    plain = None if options else local_path(os.fspath(url))
+    if plain is not None:  # no fsspec: it costs more to import than a small file to read
+        return _local_reader(None, plain, plain, budget)
+    # a remote object (or options for fsspec): the opening machinery and the backends
+    from npystore.fetch import opening  # noqa: PLC0415
+    from npystore.fetch.s3 import is_s3  # noqa: PLC0415
+
     fs, path = opening.filesystem(os.fspath(url), options)
-    name = fs.unstrip_protocol(path) if not isinstance(fs, LocalFileSystem) else path
+    local = is_local(fs)
+    name = path if local else fs.unstrip_protocol(path)
     if tail > 0 and is_s3(fs):
         opened, last = opening.s3_open(fs, path, name, -tail, budget)
         return RangeReader(
@@ -115,8 +123,36 @@ def open_reader(
         return RangeReader(
             fs, path, ObjectIdentity.from_info(name, opened), head=first, budget=budget
         )
+    if local:
+        return _local_reader(fs, path, name, budget)
     info = opening.info_within(fs, path, name, budget)
-    if isinstance(fs, LocalFileSystem):
-        st = os.stat(path)
-        info = {"size": st.st_size, "mtime": st.st_mtime, "ino": st.st_ino, "type": info["type"]}
     return RangeReader(fs, path, ObjectIdentity.from_info(name, info), budget=budget)
+
+
+def local_path(url: str | bytes) -> str | None:
+    """The absolute path fsspec's ``LocalFileSystem`` makes of ``url`` when ``url`` is a
+    plain local path (no protocol, no chain), else None: such a path is opened without
+    fsspec (its import costs more than reading a small file)."""
+    if not isinstance(url, str) or not url or "::" in url or url.startswith(("data:", "file:")):
+        return None
+    if "://" in url and len(url.split("://", 1)[0]) > 1:
+        return None  # a protocol
+    if os.sep != "/":  # Windows paths: fsspec's own rules
+        return None
+    path = url
+    if path.startswith("~"):
+        path = os.path.expanduser(path)
+    elif not path.startswith("/"):
+        path = path[2:] if path.startswith("./") else "" if path == "." else path
+        path = f"{os.getcwd()}/{path}"
+    return path.rstrip("/") or "/"
+
+
+def _local_reader(fs: Any, path: str, name: str, budget: float) -> RangeReader:
+    """A reader of a local file, its identity from ``os.stat`` (``fs`` None: no fsspec); a
+    missing or forbidden file raises ``FileNotFoundError``/``PermissionError`` naming it, a
+    directory ``IsADirectoryError``."""
+    st = os.stat(path)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory, expected a file", name)
+    return RangeReader(fs, path, ObjectIdentity.from_stat(name, st), budget=budget)

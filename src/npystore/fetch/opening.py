@@ -40,12 +40,15 @@ from npystore.fetch.remote import READ_BUDGET, REMOTE_ATTEMPTS
 __all__ = [
     "CONTENT_RANGE",
     "call_s3",
+    "chain_options",
+    "chain_protocols",
     "error_code",
     "filesystem",
     "get_object",
     "info_within",
     "named",
     "s3_open",
+    "s3_opening",
 ]
 
 #: ``Content-Range: bytes first-last/total`` (total ``*`` when unknown).
@@ -76,11 +79,30 @@ def filesystem(url: str, options: Mapping[str, Any]) -> tuple[Any, str]:
     """``fsspec.core.url_to_fs(url, **options)``, with clear errors for protocols fsspec
     does not know (:class:`~npystore.errors.UnsupportedError`) or whose package is missing
     (:class:`~npystore.errors.MissingDependencyError` naming it, and the npystore extra that
-    installs it where there is one). Every protocol of a chained URL is checked."""
+    installs it where there is one). Every protocol of a chained URL is checked.
+
+    Two traps of fsspec are avoided:
+
+    - a chained URL's top-level options go to its *first* protocol (fsspec's rule), so
+      ``simplecache::s3://...`` with ``key`` or ``client_kwargs`` at the top would give
+      them to the cache, which ignores them, and S3 would try real AWS with no
+      credentials, retrying for most of a minute. Options the first protocol does not take
+      and an inner one does are given to that inner protocol, with a warning that says how
+      to write them (:func:`chain_options`);
+    - npystore's calls are blocking calls on fsspec's IO loop, which an *asynchronous*
+      instance cannot serve ("Loop is not running"). ``asynchronous`` and ``loop`` are
+      removed from the options (kerchunk and zarr add ``asynchronous=True`` to the options
+      dict they are given, so a dict reused after ``xr.open_dataset(..., engine="kerchunk")``
+      carries it), and an asynchronous instance that fsspec's instance cache hands back
+      is never taken: a new one is made for npystore (:func:`_ours`).
+    """
     import fsspec  # noqa: PLC0415 - the fetch layer's own dependency, loaded with it
 
+    options = _blocking(chain_options(url, options))
     try:
         fs, path = fsspec.core.url_to_fs(url, **options)
+        if not _ours(fs):
+            fs, path = fsspec.core.url_to_fs(url, **_fresh(url, options))
     except (ValueError, ImportError) as exc:
         problem = _protocol_problem(url)
         if problem is None:
@@ -89,13 +111,138 @@ def filesystem(url: str, options: Mapping[str, Any]) -> tuple[Any, str]:
     return fs, path
 
 
+#: Options every fsspec filesystem takes (``AbstractFileSystem``'s own, the instance cache's,
+#: the async ones'): they stay where they are in a chain.
+_ANY_FILESYSTEM: Final = frozenset(
+    {
+        "skip_instance_cache",
+        "use_listings_cache",
+        "listings_expiry_time",
+        "max_paths",
+        "asynchronous",
+        "loop",
+        "batch_size",
+    }
+)
+
+
+def _takes(cls: type) -> set[str]:
+    """The keyword options a filesystem class's ``__init__`` names (over its MRO)."""
+    import inspect  # noqa: PLC0415 - only for chained URLs
+
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None:
+            continue
+        try:
+            params = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        names.update(p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL))
+    names.discard("self")
+    return names
+
+
+def chain_options(url: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` for a chained URL, with the top-level options meant for an inner
+    protocol moved under that protocol's name (and a warning); ``options`` as they are
+    for a plain URL, or when every top-level option is one the first protocol takes.
+
+    An option is moved when the first protocol's filesystem class does not name it and an
+    inner protocol's does (``key``, ``client_kwargs``, ``anon`` of ``s3`` under
+    ``simplecache``). Options already under the inner protocol's name win over moved ones.
+    """
+    out = dict(options)
+    if "::" not in url or not out:
+        return out
+    import warnings  # noqa: PLC0415
+
+    import fsspec  # noqa: PLC0415
+
+    protocols = chain_protocols(url)
+    try:
+        classes = [fsspec.get_filesystem_class(p) for p in protocols]
+    except (ValueError, ImportError):
+        return out  # the protocol's own error comes from url_to_fs
+    first = _takes(classes[0]) | _ANY_FILESYSTEM
+    stray = [k for k in out if k not in first and k not in protocols]
+    for protocol, cls in zip(protocols[1:], classes[1:], strict=True):
+        meant = [k for k in stray if k in _takes(cls)]
+        if not meant:
+            continue
+        moved = {k: out.pop(k) for k in meant}
+        nested = out.get(protocol)
+        out[protocol] = {**moved, **(nested if isinstance(nested, Mapping) else {})}
+        stray = [k for k in stray if k not in meant]
+        warnings.warn(
+            f"{url}: storage_options {sorted(moved)} are options of {protocol!r}, not of "
+            f"{protocols[0]!r}; fsspec gives a chained URL's top-level options to its first "
+            f"protocol, so npystore passed them to {protocol!r}. Write them under the "
+            f"protocol's name: storage_options={{{protocol!r}: {{...}}}} (the options of "
+            f"{protocols[0]!r} itself stay at the top)",
+            UserWarning,
+            stacklevel=4,
+        )
+    return out
+
+
+#: Options that make an asynchronous filesystem (npystore's calls are blocking ones).
+_ASYNC_OPTIONS: Final = ("asynchronous", "loop")
+
+
+def _blocking(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` (top level and per protocol) without ``asynchronous`` and ``loop``."""
+    out = {k: v for k, v in options.items() if k not in _ASYNC_OPTIONS}
+    for key, value in out.items():
+        if isinstance(value, Mapping) and any(k in value for k in _ASYNC_OPTIONS):
+            out[key] = {k: v for k, v in value.items() if k not in _ASYNC_OPTIONS}
+    return out
+
+
+def _ours(fs: Any) -> bool:
+    """Whether ``fs`` (and every filesystem it wraps) is one npystore can call: not an
+    asynchronous instance (fsspec's instance cache hands out zarr's or kerchunk's, made
+    for the same options)."""
+    for _ in range(8):  # a chain: each filesystem wraps the next as ``fs``
+        if fs is None:
+            break
+        if getattr(fs, "async_impl", False) and getattr(fs, "asynchronous", False):
+            return False
+        fs = getattr(fs, "fs", None)
+    return True
+
+
+def _fresh(url: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` asking every protocol of ``url`` for a new instance (none from the cache)."""
+    out = dict(options, skip_instance_cache=True)
+    for protocol in chain_protocols(url)[1:]:
+        nested = out.get(protocol)
+        out[protocol] = {
+            **(nested if isinstance(nested, Mapping) else {}),
+            "skip_instance_cache": True,
+        }
+    return out
+
+
+def chain_protocols(url: str) -> list[str]:
+    """The protocols of ``url``, outermost first, as fsspec reads a chain: a part without
+    ``://`` names a protocol (``simplecache::s3://...``), except the last, a local path."""
+    import fsspec  # noqa: PLC0415
+
+    parts = url.split("::")
+    return [
+        fsspec.core.split_protocol(part)[0] or (part if i < len(parts) - 1 else "file")
+        for i, part in enumerate(parts)
+    ]
+
+
 def _protocol_problem(url: str) -> UnsupportedError | None:
     """What is wrong with the protocols of ``url`` (None: nothing)."""
     import fsspec  # noqa: PLC0415
     from fsspec.registry import known_implementations  # noqa: PLC0415
 
-    for part in url.split("::"):
-        protocol = fsspec.core.split_protocol(part)[0] or "file"
+    for protocol in chain_protocols(url):
         try:
             fsspec.get_filesystem_class(protocol)
         except ValueError:
@@ -174,7 +321,11 @@ async def call_s3(fs: Any, method: str, **params: Any) -> dict[str, Any]:
     await fs.set_session()
     client = await fs.get_s3(params.get("Bucket"))
     client.meta.events.register_first(
-        f"needs-retry.s3.{_OPERATIONS[method]}", _no_botocore_retry, unique_id=_NO_RETRY_ID
+        f"needs-retry.s3.{_OPERATIONS[method]}",
+        _no_botocore_retry,
+        # one id per operation: botocore ignores a second registration under an id it has
+        # seen, whatever the event (a HeadObject handler would keep GetObject's out)
+        unique_id=f"{_NO_RETRY_ID}-{_OPERATIONS[method]}",
     )
     call = getattr(client, method)
     kwargs = fs._get_s3_method_kwargs(call, **params)
@@ -191,7 +342,15 @@ async def call_s3(fs: Any, method: str, **params: Any) -> dict[str, Any]:
     return resp
 
 
-_OPERATIONS: Final = {"get_object": "GetObject", "head_object": "HeadObject"}
+_OPERATIONS: Final = {
+    "get_object": "GetObject",
+    "head_object": "HeadObject",
+    # the writers' multipart upload (npystore.fetch.sink.S3Sink)
+    "create_multipart_upload": "CreateMultipartUpload",
+    "upload_part": "UploadPart",
+    "complete_multipart_upload": "CompleteMultipartUpload",
+    "abort_multipart_upload": "AbortMultipartUpload",
+}
 
 
 async def get_object(
@@ -347,11 +506,11 @@ def s3_open(
     """
     from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
 
-    got: tuple[Mapping[str, Any], bytes] = sync(fs.loop, _s3_opening, fs, path, name, count, budget)
+    got: tuple[Mapping[str, Any], bytes] = sync(fs.loop, s3_opening, fs, path, name, count, budget)
     return got
 
 
-async def _s3_opening(
+async def s3_opening(
     fs: Any, path: str, name: str, count: int, budget: float
 ) -> tuple[Mapping[str, Any], bytes]:
     loop = asyncio.get_running_loop()

@@ -18,6 +18,9 @@ its identity), a :class:`~npystore.fetch.RangeReader` reads its ranges over one
   watch requests (metrics, logging, :class:`npystore.testing.RequestCounter`) see it; a
   ``before-send`` handler that answers the request itself (a stub or an in-process mock)
   turns the direct path off, since only botocore can use that answer;
+- the URL is sent as botocore built and signed it (``yarl.URL(..., encoded=True)``): a key
+  with ``.`` or ``..`` segments (``d/../x.npy`` is a key of its own on S3) is not resolved
+  into another key's path, as a URL parsed as text would be;
 - TLS is verified with the certificates botocore uses (its ``verify`` setting,
   ``AWS_CA_BUNDLE``, else certifi's bundle); a TLS failure hands the reader to botocore;
 - the session does not decompress (``Content-Encoding`` bodies are returned as stored, as
@@ -59,6 +62,7 @@ from npystore.fetch import remote
 
 __all__ = [
     "DIRECT_CONNECTIONS",
+    "FEWER_REQUESTS",
     "URL_EXPIRES",
     "URL_REUSE",
     "DirectUnusable",
@@ -249,10 +253,18 @@ def direct_connections(fs: Any) -> int:
     return int(explicit) if explicit else DIRECT_CONNECTIONS
 
 
-async def slots(signed: SignedUrl) -> asyncio.Semaphore | None:
-    """The semaphore of the session ``signed``'s GETs go over, one permit per connection
-    (see :func:`npystore.fetch.remote.slots`). Call it on the loop."""
-    return remote.slots(await _session(signed), signed.connections)
+#: How to ask an S3 server for fewer requests at once (``{n}``: how many), for messages.
+FEWER_REQUESTS: Final = (
+    "ask for fewer at once with storage_options={{'config_kwargs': "
+    "{{'max_pool_connections': {n}}}}}"
+)
+
+
+async def slots(signed: SignedUrl) -> remote.Limiter | None:
+    """The limit of GETs in flight over the session ``signed``'s GETs go over, at most one
+    per connection (see :func:`npystore.fetch.remote.slots`). Call it on the loop."""
+    server = urlsplit(signed.url).netloc
+    return remote.slots(await _session(signed), signed.connections, FEWER_REQUESTS, server)
 
 
 def env_proxy(url: str) -> tuple[str | None, Any]:
@@ -299,6 +311,7 @@ async def direct_get(
     """
     import aiohttp  # noqa: PLC0415 - aiobotocore's dependency, present with s3fs
     from botocore.awsrequest import AWSRequest  # noqa: PLC0415 - s3fs's own dependency
+    from yarl import URL  # noqa: PLC0415 - aiohttp's dependency
 
     session = await _session(signed)
     headers = {"Range": f"bytes={start}-{stop - 1}"}
@@ -312,7 +325,8 @@ async def direct_get(
         connect, read = signed.timeouts  # this client's (the session may be another's)
         timeout = aiohttp.ClientTimeout(sock_connect=connect, sock_read=read)
         async with session.get(
-            signed.url,
+            # as signed: yarl would resolve '.' and '..' segments of the key (another key)
+            URL(signed.url, encoded=True),
             headers=headers,
             timeout=timeout,
             proxy=signed.proxy,

@@ -37,6 +37,7 @@ from npystore.faces.refs.budget import MAX_INLINE, InlineBudget, OverBudget
 from npystore.faces.refs.plan import ArrayRefs, plan_array
 from npystore.faces.tree import ArrayNode, GroupNode, Node, file_nodes
 from npystore.fetch import RangeReader, open_reader
+from npystore.fetch.fileobj import BinaryFile
 from npystore.files.zip import DEFAULT_MAX_MEMBERS
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
 
@@ -54,7 +55,7 @@ NPY_ARRAY = "data"
 
 
 def to_kerchunk(
-    url: str,
+    url: str | list[str] | tuple[str, ...],
     *,
     storage_options: Mapping[str, Any] | None = None,
     zarr_format: Literal[2, 3] = 2,
@@ -83,10 +84,18 @@ def to_kerchunk(
     ``xarray.open_dataset(refs, engine="kerchunk")``, or with fsspec's reference file
     system and zarr (see the Zarr how-to).
 
+    Many ``.npy`` files (a list, a glob or a folder, as :func:`npystore.open_npy` takes
+    them) give one array ``data`` of the whole dataset, one chunk per file, when the files
+    are equally long along the axis but the last (an edge chunk, inlined zero-padded up
+    to ``max_inline`` bytes); otherwise an :class:`~npystore.errors.UnsupportedError`
+    says so and names :func:`npystore.to_manifest`. The references then carry npystore's
+    manifest under the key ``"npystore"``, so :func:`npystore.open_npy` reopens them with
+    every file's identity checked.
+
     Parameters
     ----------
-    url : str
-        Local path or any fsspec URL.
+    url : str or list of str
+        Local path or any fsspec URL; or many ``.npy`` files.
     storage_options : mapping, optional
         Filesystem options, as fsspec's ``storage_options``.
     zarr_format : {2, 3}
@@ -135,6 +144,24 @@ def to_kerchunk(
     """
     if zarr_format not in (2, 3):
         raise ValueError(f"zarr_format must be 2 or 3, got {zarr_format!r}")
+    from npystore.fetch.naming import is_folder, is_many  # noqa: PLC0415
+
+    if (
+        isinstance(url, list | tuple)
+        or is_many(url)
+        or (isinstance(url, str) and is_folder(url, storage_options))
+    ):
+        from npystore.faces.many import dataset_kerchunk  # noqa: PLC0415
+
+        if chunks is not None:
+            raise UnsupportedError(
+                "references of many files have one chunk per file: leave chunks out"
+            )
+        return dataset_kerchunk(
+            url, storage_options=storage_options, zarr_format=zarr_format,
+            max_header_size=max_header_size, max_inline=max_inline,
+        )  # fmt: skip
+    # an open file object is refused by open_tree, naming it
     reader, nodes = open_tree(url, storage_options, max_header_size, max_members)
     target = reader.fs.unstrip_protocol(reader.path)
     if zarr_format == 2:
@@ -150,7 +177,7 @@ def to_kerchunk(
 
 
 def open_tree(
-    url: str,
+    url: str | BinaryFile,
     storage_options: Mapping[str, Any] | None,
     max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
     max_members: int = DEFAULT_MAX_MEMBERS,
