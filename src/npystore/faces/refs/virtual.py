@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -218,7 +218,7 @@ def _manifest_array(
     attributes = {k: v for k, v in refs.node.attributes.items() if k != "npystore"}
     metadata = create_v3_array_metadata(
         shape=shape,
-        data_type=zdtype,
+        data_type=cast("Any", zdtype),  # typed np.dtype; parse_data_type takes a ZDType
         chunk_shape=chunks,
         fill_value=fill,
         codecs=codecs,
