@@ -323,7 +323,7 @@ def open_npz(
         (None): ``NPYSTORE_INDEX_CACHE`` if set, else ``~/.cache/npystore/deflate-index``
         (``$XDG_CACHE_HOME``), kept under 256 MiB; a directory; or False for none.
     max_members : int
-        Most members the archive may declare (default 1,000,000). The count in the end
+        Most members the archive may declare (default 100,000). The count in the end
         record (ZIP64: up to 2**64 - 1) is checked before the central directory is read.
     max_chunks : int
         Most chunks (dask tasks) one member's array may have (default 1,000,000), checked

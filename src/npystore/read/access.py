@@ -347,7 +347,15 @@ def _read_deflated(
 def _read_whole_deflated(
     reader: RangeReader, layout: ArrayLayout, storage: DeflatedExtent
 ) -> np.ndarray[Any, Any]:
-    """The whole member in one sequential pass (CRC checked), viewed without a copy."""
+    """The array's values: copied from the member's inflated bytes when this process keeps
+    them (a compressed MAT v5 variable inflated to be parsed: each of its leaves would
+    otherwise inflate the whole stream again), else the whole member in one sequential
+    pass (CRC checked), viewed without a copy."""
+    if storage.index.inflated() is not None:
+        out = np.empty(layout.shape, dtype=layout.dtype, order=layout.order)
+        view = memoryview(out.reshape(-1, order="A").view(np.uint8).data)
+        if storage.index.serve(storage.data_start, view):
+            return out
     from npystore.read.inflate import inflate_into  # noqa: PLC0415 - see _read_deflated
 
     buf = np.empty(storage.member.uncompressed_size, dtype=np.uint8)  # no zero-fill pass

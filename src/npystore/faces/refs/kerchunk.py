@@ -39,6 +39,7 @@ from npystore.faces.tree import ArrayNode, GroupNode, Node, file_nodes
 from npystore.fetch import RangeReader, open_reader
 from npystore.fetch.fileobj import BinaryFile
 from npystore.files.zip import DEFAULT_MAX_MEMBERS
+from npystore.formats.mat5 import CharErrors
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
 
 __all__ = [
@@ -63,6 +64,7 @@ def to_kerchunk(
     max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
     max_members: int = DEFAULT_MAX_MEMBERS,
     max_inline: int = MAX_INLINE,
+    char_errors: CharErrors = "strict",
 ) -> dict[str, Any]:
     """Kerchunk version-1 references for a file (a plain JSON-serialisable dict).
 
@@ -113,11 +115,15 @@ def to_kerchunk(
     max_header_size : int
         Largest npy header accepted.
     max_members : int
-        Most members an ``.npz`` archive may declare (default 1,000,000).
+        Most members an ``.npz`` archive may declare (default 100,000).
     max_inline : int
         Most inlined bytes (encoded, before base64) in all the references, 16 MiB by
         default: reserved before anything is read, so a small archive that inflates to
         gigabytes costs no more.
+    char_errors : {"strict", "replace"}
+        MAT v6/v7 char variables that are not valid UTF-8: ``"strict"`` raises
+        :class:`~npystore.errors.FormatError` naming the variable, ``"replace"`` reads each
+        invalid sequence as U+FFFD (as :func:`npystore.open_mat` and ``scipy.io.loadmat``).
 
     Returns
     -------
@@ -162,7 +168,7 @@ def to_kerchunk(
             max_header_size=max_header_size, max_inline=max_inline,
         )  # fmt: skip
     # an open file object is refused by open_tree, naming it
-    reader, nodes = open_tree(url, storage_options, max_header_size, max_members)
+    reader, nodes = open_tree(url, storage_options, max_header_size, max_members, char_errors)
     target = reader.fs.unstrip_protocol(reader.path)
     if zarr_format == 2:
         _check_v2_dtypes(nodes)
@@ -181,7 +187,8 @@ def open_tree(
     storage_options: Mapping[str, Any] | None,
     max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
     max_members: int = DEFAULT_MAX_MEMBERS,
-) -> tuple[RangeReader, dict[str, Node]]:
+    char_errors: CharErrors = "strict",
+) -> tuple[RangeReader, Mapping[str, Node]]:
     """The reader and tree of the file at ``url``; open file objects are refused
     (references point into a file by its URL)."""
     reader = open_reader(url, storage_options)
@@ -190,7 +197,10 @@ def open_tree(
             f"{reader.url}: kerchunk references point into a file by its URL; pass the "
             f"file's path or URL, not an open file object"
         )
-    return reader, file_nodes(reader, max_header_size=max_header_size, max_members=max_members)
+    nodes = file_nodes(
+        reader, max_header_size=max_header_size, max_members=max_members, char_errors=char_errors
+    )
+    return reader, nodes
 
 
 def plan_tree(

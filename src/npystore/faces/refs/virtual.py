@@ -51,6 +51,7 @@ from npystore.faces.refs.plan import ArrayRefs, plan_array
 from npystore.faces.tree import ArrayNode, GroupNode, Node
 from npystore.faces.zarr.dtypes import bytes_codec_for, zarr_dtype_for
 from npystore.files.zip import DEFAULT_MAX_MEMBERS
+from npystore.formats.mat5 import CharErrors
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
 from npystore.read.layout import InlineExtent
 
@@ -82,6 +83,8 @@ class NpystoreParser:
         array. ``"numpy"``: numpy's shape and memory order (a ``transpose`` codec for
         Fortran order where a chunk needs one; 0-d arrays), which VirtualiZarr's kerchunk
         writer cannot write.
+    char_errors : {"strict", "replace"}
+        As for :func:`npystore.open_mat`: MAT v6/v7 chars that are not valid UTF-8.
 
     Notes
     -----
@@ -116,6 +119,7 @@ class NpystoreParser:
         max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
         max_members: int = DEFAULT_MAX_MEMBERS,
         form: Literal["writable", "numpy"] = "writable",
+        char_errors: CharErrors = "strict",
     ) -> None:
         if form not in ("writable", "numpy"):
             raise ValueError(f"form must be 'writable' or 'numpy', not {form!r}")
@@ -125,6 +129,7 @@ class NpystoreParser:
         self.skip_variables = frozenset(skip_variables or ())
         self.max_header_size = max_header_size
         self.max_members = max_members
+        self.char_errors: CharErrors = char_errors
 
     def __call__(self, url: str, registry: Any) -> ManifestStore:
         """The ``ManifestStore`` of the file at ``url``.
@@ -140,7 +145,9 @@ class NpystoreParser:
         -------
         virtualizarr.manifests.ManifestStore
         """
-        reader, nodes = open_tree(url, self.storage_options, self.max_header_size, self.max_members)
+        reader, nodes = open_tree(
+            url, self.storage_options, self.max_header_size, self.max_members, self.char_errors
+        )
         target = reader.fs.unstrip_protocol(reader.path)
         if isinstance(nodes[""], ArrayNode):  # an .npy file: a group holding "data"
             nodes = {"": GroupNode(dict(nodes[""].attributes)), NPY_ARRAY: nodes[""]}

@@ -19,6 +19,7 @@ from npystore.faces.xarray.datasets import OpenedFile
 from npystore.faces.xarray.names import drop_set
 from npystore.fetch.cache import IndexCacheOption
 from npystore.files.open import is_npy_or_matlab
+from npystore.formats.mat5 import CharErrors
 
 __all__ = ["EXTENSIONS", "NpystoreBackendEntrypoint"]
 
@@ -58,6 +59,7 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         "squeeze",
         "allow_pickle",
         "index_cache",
+        "char_errors",
         *_DECODERS,
     )
 
@@ -72,6 +74,7 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         squeeze: bool = False,
         allow_pickle: bool = False,
         index_cache: IndexCacheOption = None,
+        char_errors: CharErrors = "strict",
         mask_and_scale: Any = None,
         decode_times: Any = None,
         decode_timedelta: Any = None,
@@ -107,6 +110,10 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         index_cache : str, bool or None
             ``.npz`` only: where deflate checkpoint indexes are kept (see
             :func:`npystore.open_npz`; False: nowhere).
+        char_errors : {"strict", "replace"}
+            MAT v6/v7 files only: char variables that are not valid UTF-8 raise
+            :class:`~npystore.errors.FormatError` (``"strict"``) or are read with U+FFFD
+            for each invalid sequence (``"replace"``), as in :func:`npystore.open_mat`.
         mask_and_scale, decode_times, decode_timedelta, use_cftime, concat_characters, decode_coords
             xarray's CF decoding options: accepted and ignored (the files carry no CF
             metadata).
@@ -139,7 +146,12 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
                 drop_set(drop_variables),
             )  # fmt: skip
         opened = OpenedFile.open(
-            _as_url(filename_or_obj), storage_options, allow_pickle, index_cache, squeeze
+            _as_url(filename_or_obj),
+            storage_options,
+            allow_pickle,
+            index_cache,
+            squeeze,
+            char_errors=char_errors,
         )
         try:
             return opened.dataset(group, drop_set(drop_variables), dims or {})
@@ -157,6 +169,7 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         squeeze: bool = False,
         allow_pickle: bool = False,
         index_cache: IndexCacheOption = None,
+        char_errors: CharErrors = "strict",
         **decoders: Any,
     ) -> dict[str, xr.Dataset]:
         """Every group of the file: ``"/"``, and one per scalar struct of a MAT-file or
@@ -175,7 +188,12 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         if bad:
             raise TypeError(f"unexpected keyword arguments {sorted(bad)}")
         opened = OpenedFile.open(
-            _as_url(filename_or_obj), storage_options, allow_pickle, index_cache, squeeze
+            _as_url(filename_or_obj),
+            storage_options,
+            allow_pickle,
+            index_cache,
+            squeeze,
+            char_errors=char_errors,
         )
         try:
             drop = drop_set(drop_variables)
