@@ -80,8 +80,11 @@ def _as_loader(hook: object) -> Any:
 class _ZarrTypesOnImport:
     """Registers npystore's Zarr data types (:mod:`npystore.faces.zarr.dtypes`) as soon as zarr
     is imported, without importing zarr here: zarr 3.1 collects the ``zarr.data_type``
-    entry points but never loads them, so a process that imported npystore would otherwise
-    fail to open arrays npystore wrote with its own data types."""
+    entry points but never loads them (zarr 3.4 loads them on its first data type lookup), so
+    a process that imported npystore would otherwise fail to open arrays npystore wrote with
+    its own data types. The registration only adds npystore's types and gates zarr's record
+    type (whatever name that zarr registers it under): what zarr does with a dtype it stores
+    exactly does not change."""
 
     def __init__(self) -> None:
         self._loader: Any = None

@@ -105,6 +105,15 @@ async def _get(
     raise FetchError(f"HTTP {status} from GCS for {url}: {body}")
 
 
+def _media_url(fs: Any, path: str, generation: str | None) -> str:
+    """gcsfs's media URL of ``path`` (with the path's own generation, if any), pinned to
+    ``generation`` (``url(path, generation=)`` is newer than npystore's oldest gcsfs)."""
+    url: str = fs.url(path)
+    if generation and "generation=" not in url:
+        url += f"&generation={generation}"
+    return url
+
+
 def gcs_open(
     fs: Any, path: str, name: str, count: int, budget: float = READ_BUDGET
 ) -> tuple[Mapping[str, Any], bytes]:
@@ -198,7 +207,7 @@ class GcsRanges(PinnedRanges):
         """Media GETs of the generation opened, each answer's generation checked."""
         fs: Any = self.fs
         generation = self._want_version
-        url = fs.url(self.path, generation=generation) if generation else fs.url(self.path)
+        url = _media_url(fs, self.path, generation)
 
         async def one(k: int, start: int, stop: int) -> bytes | memoryview:
             if await self._is_zonal():

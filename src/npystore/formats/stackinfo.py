@@ -8,21 +8,18 @@ only two plain values are taken from the top-level dict: ``axis`` (an int) and `
 tuple of tuples of ints, built from the integer and tuple opcodes alone). The dtype, a
 ``numpy.dtype`` reduce, is never rebuilt: the shards' own headers give it.
 
-:func:`stack_info_bytes` makes the same pickle npystore writes for ``save_stack``.
+The writer (``npystore.write.stack``) makes the same pickle for ``save_stack``.
 """
 
 from __future__ import annotations
 
-import pickle
 import pickletools
 from dataclasses import dataclass
 from typing import Any, Final
 
-import numpy as np
-
 from npystore.errors import FormatError
 
-__all__ = ["StackInfo", "parse_stack_info", "stack_info_bytes"]
+__all__ = ["StackInfo", "parse_stack_info"]
 
 _INTS: Final = frozenset({"BININT", "BININT1", "BININT2", "LONG1", "LONG4", "INT", "LONG"})
 _STRINGS: Final = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"})
@@ -125,8 +122,3 @@ def _opaque(stack: list[Any], op: pickletools.OpcodeInfo) -> None:
             raise ValueError(f"{op.name} needs {len(before)} values, the stack has {len(stack)}")
         del stack[len(stack) - len(before) :]
     stack.extend(_OTHER for _ in op.stack_after)
-
-
-def stack_info_bytes(chunks: tuple[tuple[int, ...], ...], dtype: np.dtype[Any], axis: int) -> bytes:
-    """The ``info`` file ``dask.array.to_npy_stack`` writes: the same dict, pickled."""
-    return pickle.dumps({"chunks": chunks, "dtype": dtype, "axis": axis})

@@ -14,6 +14,7 @@ exactly the new stack.
 from __future__ import annotations
 
 import os
+import pickle
 import re
 from collections.abc import Mapping
 from typing import Any, Final
@@ -28,7 +29,6 @@ from npystore.fetch.opening import filesystem
 from npystore.fetch.remote import BUDGET_OPTION
 from npystore.fetch.sink import Sink, open_sink
 from npystore.formats.npy_write import check_writable, header_bytes
-from npystore.formats.stackinfo import stack_info_bytes
 from npystore.write.source import block_bytes, compute_named
 
 __all__ = ["save_stack"]
@@ -141,3 +141,10 @@ def save_stack(
         if m is not None and int(m.group(1)) >= len(keys):
             fs.rm_file(entry)  # left from an earlier, longer stack
     write_object(f"{base}/info", stack_info_bytes(chunks, x.dtype, axis), options)
+
+
+def stack_info_bytes(chunks: tuple[tuple[int, ...], ...], dtype: np.dtype[Any], axis: int) -> bytes:
+    """The ``info`` file ``dask.array.to_npy_stack`` writes: the same dict, pickled (npystore
+    writes this pickle and never loads one: :mod:`npystore.formats.stackinfo` reads its
+    opcodes)."""
+    return pickle.dumps({"chunks": chunks, "dtype": dtype, "axis": axis})

@@ -33,8 +33,6 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-import numpy as np
-
 from npystore.errors import UnsupportedError, missing_dependency
 
 try:
@@ -53,7 +51,7 @@ except ImportError as exc:
     raise missing_dependency("zarr", "zarr", "npystore's Zarr store", exc) from exc
 
 from npystore.faces.tree.nodes import MAX_NODE_NAME, ArrayNode, GroupNode, Node, node_name
-from npystore.faces.zarr.dtypes import zarr_dtype_for
+from npystore.faces.zarr.dtypes import bytes_codec_for, zarr_dtype_for
 
 __all__ = [
     "CONSOLIDATED_MAX",
@@ -89,12 +87,7 @@ def _array_metadata(node: ArrayNode, filters: Sequence[Mapping[str, Any]] = ()) 
         codecs.append(
             {"name": "transpose", "configuration": {"order": list(range(layout.ndim))[::-1]}}
         )
-    byteorder = layout.dtype.byteorder
-    if getattr(zdtype, "endianness", None) is not None and layout.dtype.itemsize > 1:
-        endian = "big" if byteorder == ">" or (byteorder == "=" and _native_big()) else "little"
-        codecs.append({"name": "bytes", "configuration": {"endian": endian}})
-    else:
-        codecs.append({"name": "bytes"})
+    codecs.append(bytes_codec_for(layout.dtype, zdtype))
     codecs.extend(dict(f) for f in filters)
     return ArrayV3Metadata(
         shape=layout.shape,
@@ -176,10 +169,6 @@ def _array_document(
         else:
             parts.append(part)
     return "".join(parts).encode()
-
-
-def _native_big() -> bool:
-    return np.dtype("=i2").str[0] == ">"
 
 
 class LayoutStore(Store):
