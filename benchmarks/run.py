@@ -11,25 +11,20 @@ rows run each side in a fresh subprocess (``_rss_probe.py``), alternating the sa
 
 ``--only NAME[,NAME]`` reruns some scenarios: ``npy-load``, ``npy-dask`` (local ``.npy``),
 ``npz-load``, ``npz-slice``, ``npz-rss`` (a ``savez_compressed``-style deflated member),
-<<<<<<< HEAD
-``mat73-load``, ``mat73-s3`` (a MATLAB v7.3 variable, local and on loopback S3 + 30 ms),
-``mat-small-cell``, ``mat-small-struct``, ``mat-small-v73``, ``mat-many-vars``,
-``mat-v73-shared`` (MAT-files of many small elements or variables), ``mat-corpus-v5``,
-``mat-corpus-v73``, ``mat-first-v5``, ``mat-first-v73`` (small real files: ``mat_small.py``),
-``zarr-many-open``, ``zarr-many-list`` (the Zarr store over 50,000 tiny members:
-``zarr_many.py``), ``cloud-npy``, ``cloud-mat73``,
-=======
 ``import``, ``load-small``, ``info``, ``cat`` (first use in a fresh interpreter:
 ``startup.py``), ``mat73-load``, ``mat73-s3`` (a MATLAB v7.3 variable, local and on
-loopback S3 + 30 ms),
-``mat-small-cell``, ``mat-small-struct``, ``mat-small-v73``, ``mat-many-vars`` (MAT-files of
-many small elements or variables: ``mat_small.py``), ``cloud-npy``, ``cloud-mat73``,
->>>>>>> main
+loopback S3 + 30 ms), ``mat-small-cell``, ``mat-small-struct``, ``mat-small-v73``,
+``mat-many-vars``, ``mat-v73-shared`` (MAT-files of many small elements or variables),
+``mat-corpus-v5``, ``mat-corpus-v73``, ``mat-first-v5``, ``mat-first-v73`` (small real
+files: ``mat_small.py``), ``zarr-many-open``, ``zarr-many-list`` (the Zarr store over
+50,000 tiny members: ``zarr_many.py``), ``cloud-npy``, ``cloud-mat73``,
 ``cloud-mat73-matlab``, ``cloud-npz``, ``cloud-sweep`` (the cloud model, 30 ms and 40 MiB/s
-per connection: ``cloud.py``; ``cloud`` names all five), ``write-npy-local``,
-``write-npz-local``, ``write-s3-cloud``, ``write-s3-cloud10``, ``write-rss`` (the writers:
-``write.py``; ``write`` names all five), ``many-open``, ``many-read``, ``many-sum``
-(datasets of many files: ``many.py``; ``many`` names all three).
+per connection: ``cloud.py``), ``cloud-gcs-npy``, ``cloud-azure-npy``, ``cloud-distributed``
+(the same model on GCS, Azure and SeaweedFS: ``stores.py``; ``stores`` names these three,
+``cloud`` all eight: they share one section, which a run rewrites whole),
+``write-npy-local``, ``write-npz-local``, ``write-s3-cloud``, ``write-s3-cloud10``,
+``write-rss`` (the writers: ``write.py``; ``write`` names all five), ``many-open``,
+``many-read``, ``many-sum`` (datasets of many files: ``many.py``; ``many`` names all three).
 
 RESULTS.md has one section per group of rows (the main table, the cloud model, its sweep,
 the writers),
@@ -68,6 +63,7 @@ import many  # noqa: E402
 import mat_small  # noqa: E402
 import remote  # noqa: E402
 import startup  # noqa: E402
+import stores  # noqa: E402
 import write  # noqa: E402
 import zarr_many  # noqa: E402
 from _common import (  # noqa: E402
@@ -575,13 +571,15 @@ SCENARIOS: dict[str, tuple[Callable[[Path, int, int], Row | list[Row]], int, int
     "cat": (startup.bench_cat, 0, 0),
     **mat_small.SCENARIOS,
     **cloud.SCENARIOS,
+    **stores.SCENARIOS,
     **write.SCENARIOS,
     **zarr_many.SCENARIOS,
     **many.SCENARIOS,
 }
 #: Names for groups of scenarios in ``--only``.
 GROUPS = {
-    "cloud": list(cloud.SCENARIOS),
+    "cloud": [*cloud.SCENARIOS, *stores.SCENARIOS],  # one section of RESULTS.md
+    "stores": list(stores.SCENARIOS),
     "write": list(write.SCENARIOS),
     "many": list(many.SCENARIOS),
 }

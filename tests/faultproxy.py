@@ -21,7 +21,10 @@ random generator:
 
 ``ignore_pins=True`` makes the server behind the proxy one that ignores pins, as rclone's
 ``serve s3`` ignores ``If-Match``: every request loses its ``If-Match`` header and its
-``versionId`` query parameter before the server sees it (whatever ``rate`` says).
+``versionId`` (S3, Azure) and ``generation`` (GCS) query parameters before the server sees
+it (whatever ``rate`` says).
+
+A ranged GET is one with a ``Range`` (or Azure's ``x-ms-range``) header.
 
 Other requests (HEAD, PUT, listings) pass unchanged. ``counts`` tallies requests and faults.
 Runs its own event loop in a daemon thread; use it as a context manager.
@@ -48,11 +51,12 @@ _503 = (
 ) + _SLOW_DOWN
 _METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")
 _IF_MATCH = re.compile(rb"\r\nif-match:[^\r]*", re.IGNORECASE)
-_VERSION_ID = re.compile(rb"([?&])versionId=[^&\s]*&?")
+_VERSION_ID = re.compile(rb"([?&])(?:versionId|versionid|generation)=[^&\s]*&?")
 
 
 def strip_pins(data: bytes) -> bytes:
-    """A request without its ``If-Match`` header and ``versionId`` query parameter."""
+    """A request without its ``If-Match`` header and its ``versionId``/``generation``
+    query parameters."""
     end = data.find(b"\r\n\r\n")
     if end < 0:
         return data
@@ -124,7 +128,10 @@ class FaultProxy:
     def _draw(self, head: bytes) -> str:
         with self._lock:
             self.counts["requests"] += 1
-            ranged = head.startswith(b"GET ") and b"\r\nrange:" in head.lower()
+            lowered = head.lower()
+            ranged = head.startswith(b"GET ") and (
+                b"\r\nrange:" in lowered or b"\r\nx-ms-range:" in lowered
+            )
             if not ranged or self.rng.random() >= self.rate:
                 return "ok"
             fault = self.rng.choice(self.faults)

@@ -272,3 +272,21 @@ def test_keys_with_dot_segments_are_written_and_read_back_as_given(s3: Any, key:
     npystore.savez_compressed(url + "z", a=a, storage_options=s3.storage_options)
     z = npystore.open_npz(url + "z", storage_options=s3.storage_options)
     np.testing.assert_array_equal(z["a"][-10:].compute(), a[-10:])
+
+
+def test_parts_go_in_order_to_a_server_that_takes_them_in_order(
+    rclone_strict: Any, small_parts: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rclone's ``serve s3`` holds a part that arrives ahead of its turn until the ones
+    before it arrived (here it holds none: any part ahead waits). Parts uploaded in dask's
+    order stalled: every thread on a part that waited for one no thread would start, until
+    the write's deadline failed it. Ascending order with a lookahead of the sink's
+    concurrency never waits on a part that is not in flight."""
+    monkeypatch.setattr(sink_module.S3Sink, "concurrency", 2)  # 2 threads: 5 parts suffice
+    monkeypatch.setattr(sink_module, "S3_STALL", 10.0)  # a stall fails in ~10 s, not 140
+    monkeypatch.setattr(sink_module, "S3_SLOWEST", 8 * 2**20)
+    with rclone_strict.sandbox() as bucket:
+        n = 5 * sink_module.S3_MIN_PART // 8
+        x = da.arange(n, chunks=-(-n // 3), dtype="<f8")
+        npystore.save(bucket.url("x.npy"), x, storage_options=bucket.storage_options)
+        assert bucket.fs.cat_file(bucket.url("x.npy")) == _npy(np.asarray(x))

@@ -1,6 +1,7 @@
 """Range reads on every other fsspec filesystem (part of the fetch layer).
 
-- :class:`CatFileRanges`: an async filesystem (gcs, azure, ...) whose ``_cat_ranges`` is
+- :class:`CatFileRanges`: an async filesystem (other than S3, GCS, Azure and http) whose
+  ``_cat_ranges`` is
   fsspec's own: one ``_cat_file`` per range, all concurrently on fsspec's event loop, each
   retried on its own within the reader's budget, like S3's and http's ranges;
 - :class:`CatRangesRounds`: everything else, through ``fs.cat_ranges`` in rounds: the ranges

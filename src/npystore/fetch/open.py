@@ -3,8 +3,9 @@
 
 Both take fsspec's ``storage_options`` plus npystore's own ``"npystore_read_budget"``
 (removed before the filesystem is made). Opening captures the object's size and identity
-in one request: on S3 a ranged ``GetObject`` that carries the object's first (or last)
-bytes too (:mod:`npystore.fetch.opening`), elsewhere ``info``.
+in one request: on S3 and GCS a ranged GET that carries the object's first (or last) bytes
+too (:mod:`npystore.fetch.opening`, :mod:`npystore.fetch.gcs`), on Azure the first
+(:mod:`npystore.fetch.azure`: no suffix ranges there), elsewhere ``info``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from npystore.fetch.budget import BUDGET_OPTION, budget_from
@@ -48,8 +49,8 @@ def open_reader(
 ) -> RangeReader:
     """Open a reader on ``url`` (any fsspec URL, chained URLs included).
 
-    One request captures the object's size and identity. On S3 that request is a ranged
-    ``GetObject`` of the first ``head`` bytes (the magic bytes every format starts with; a
+    One request captures the object's size and identity. On S3, GCS and Azure that request
+    is a ranged GET of the first ``head`` bytes (the magic bytes every format starts with; a
     format whose metadata sits at the start, like HDF5, asks for more, since a round trip
     costs about the same for 128 bytes or 64 KiB); elsewhere it is ``info`` and no data is
     read.
@@ -67,10 +68,11 @@ def open_reader(
         ``NPYSTORE_READ_BUDGET``, else :data:`~npystore.fetch.remote.READ_BUDGET`, 300 s;
         ``inf`` for none). It is removed before the filesystem is made.
     head : int
-        Bytes to read with the identity on S3 (0: a plain ``HeadObject``).
+        Bytes to read with the identity on S3, GCS and Azure (0: ``info`` only).
     tail : int
         If positive, read the object's last ``tail`` bytes with the identity instead (one
-        suffix-range ``GetObject``), for formats whose index is at the end.
+        suffix-range GET on S3 and GCS; Azure has no suffix ranges: its opening GET of the
+        first bytes, the tail read after it), for formats whose index is at the end.
 
     Returns
     -------
@@ -108,18 +110,21 @@ def open_reader(
         return _local_reader(None, plain, plain, budget)
     # a remote object (or options for fsspec): the opening machinery and the backends
     from npystore.fetch import opening  # noqa: PLC0415
-    from npystore.fetch.s3 import is_s3  # noqa: PLC0415
+    from npystore.fetch.azure import azure_open  # noqa: PLC0415
 
     fs, path = opening.filesystem(os.fspath(url), options)
     local = is_local(fs)
     name = path if local else fs.unstrip_protocol(path)
-    if tail > 0 and is_s3(fs):
-        opened, last = opening.s3_open(fs, path, name, -tail, budget)
+    # S3, GCS and Azure: one GET of the first bytes; S3 and GCS: of the last (Azure has no
+    # suffix ranges: an archive's tail is read after its identity)
+    opener = _opener(fs)
+    if tail > 0 and opener is not None and opener is not azure_open:
+        opened, last = opener(fs, path, name, -tail, budget)
         return RangeReader(
             fs, path, ObjectIdentity.from_info(name, opened), tail=last, budget=budget
         )
-    if head > 0 and is_s3(fs):
-        opened, first = opening.s3_open(fs, path, name, head, budget)
+    if head > 0 and opener is not None:
+        opened, first = opener(fs, path, name, head, budget)
         return RangeReader(
             fs, path, ObjectIdentity.from_info(name, opened), head=first, budget=budget
         )
@@ -127,6 +132,22 @@ def open_reader(
         return _local_reader(fs, path, name, budget)
     info = opening.info_within(fs, path, name, budget)
     return RangeReader(fs, path, ObjectIdentity.from_info(name, info), budget=budget)
+
+
+def _opener(fs: Any) -> Callable[..., tuple[Mapping[str, Any], bytes]] | None:
+    """The opening GET of ``fs``'s kind of store (None: ``info``)."""
+    from npystore.fetch import opening  # noqa: PLC0415
+    from npystore.fetch.azure import azure_open, is_azure  # noqa: PLC0415
+    from npystore.fetch.gcs import gcs_open, is_gcs  # noqa: PLC0415
+    from npystore.fetch.s3 import is_s3  # noqa: PLC0415
+
+    if is_s3(fs):
+        return opening.s3_open
+    if is_gcs(fs):
+        return gcs_open
+    if is_azure(fs):
+        return azure_open
+    return None
 
 
 def local_path(url: str | bytes) -> str | None:

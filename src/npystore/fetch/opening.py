@@ -45,6 +45,7 @@ __all__ = [
     "error_code",
     "filesystem",
     "get_object",
+    "info_attempts",
     "info_within",
     "named",
     "s3_open",
@@ -61,6 +62,11 @@ _EXTRAS: Final = {
     "s3a": ("s3fs", "s3"),
     "http": ("aiohttp", "http"),
     "https": ("aiohttp", "http"),
+    "gs": ("gcsfs", "gcs"),
+    "gcs": ("gcsfs", "gcs"),
+    "az": ("adlfs", "azure"),
+    "abfs": ("adlfs", "azure"),
+    "abfss": ("adlfs", "azure"),
 }
 #: HTTP statuses an ``info`` request is not retried for (the answer will not change).
 _FINAL_STATUSES: Final = frozenset({400, 401, 403, 404, 405, 410})
@@ -393,28 +399,6 @@ async def _stream_into(body: Any, view: memoryview) -> memoryview:
         filled = end
 
 
-def _opening_bytes(resp: Mapping[str, Any], data: bytes, count: int) -> tuple[int, bytes] | str:
-    """``(size, bytes)`` from the answer to the opening GET, or what is wrong with it.
-
-    ``count > 0`` asked for the first ``count`` bytes, ``count < 0`` for the last ``-count``.
-    A server that ignores the range sends the whole object (no ``Content-Range``).
-    """
-    content_range = str(resp.get("ContentRange") or "")
-    match = CONTENT_RANGE.fullmatch(content_range)
-    if match is None or match.group(3) == "*":
-        if resp.get("ContentLength") != len(data):
-            return f"no usable Content-Range ({content_range!r}) and a short body"
-        size = len(data)
-        want = min(abs(count), size)
-        return size, data[:want] if count > 0 else data[size - want :]
-    size = int(match.group(3))
-    want = min(abs(count), size)
-    first = 0 if count > 0 else size - want
-    if int(match.group(1)) != first or len(data) != want:
-        return f"got {len(data)} bytes as {content_range!r}, expected bytes {first}+{want}"
-    return size, bytes(data)
-
-
 def error_code(exc: BaseException) -> str | None:
     """The S3 error code behind an exception (s3fs wraps botocore's ClientError)."""
     seen: set[int] = set()
@@ -444,7 +428,7 @@ def info_within(fs: Any, path: str, name: str, budget: float) -> Mapping[str, An
         return info
     from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
 
-    result: Mapping[str, Any] = sync(fs.loop, _info_attempts, fs, path, name, budget)
+    result: Mapping[str, Any] = sync(fs.loop, info_attempts, fs, path, name, budget)
     return result
 
 
@@ -460,7 +444,8 @@ def _transport_failure(exc: FileNotFoundError, fs: Any) -> BaseException | None:
     return None if getattr(cause, "status", None) is not None else cause
 
 
-async def _info_attempts(fs: Any, path: str, name: str, budget: float) -> Mapping[str, Any]:
+async def info_attempts(fs: Any, path: str, name: str, budget: float) -> Mapping[str, Any]:
+    """:func:`info_within` on the event loop of an async filesystem."""
     loop = asyncio.get_running_loop()
     problem: BaseException | str | None = None
     spent = 0.0
@@ -513,68 +498,51 @@ def s3_open(
 async def s3_opening(
     fs: Any, path: str, name: str, count: int, budget: float
 ) -> tuple[Mapping[str, Any], bytes]:
-    loop = asyncio.get_running_loop()
+    """:func:`s3_open` on the event loop (for callers already on it)."""
+    from npystore.fetch.openget import (  # noqa: PLC0415 - it imports this module
+        Opened,
+        RangeNotSatisfiable,
+        open_within,
+    )
+
     bucket, key, version = fs.split_path(path)
     pin = {"VersionId": version} if version else {}
-    asked = count  # > 0: a prefix of that many bytes, < 0: a suffix
-    span = f"[0, {count})" if count > 0 else f"the last {-count}"
-    problem: BaseException | str | None = None
-    spent = 0.0
-    made = 0
-    for attempt in range(REMOTE_ATTEMPTS):
-        began = loop.time()
-        made += 1
-        deadline = remote.limit(budget - spent)
-        wanted = f"bytes=0-{asked - 1}" if asked > 0 else f"bytes={asked}"
+
+    async def attempt(wanted: str) -> Opened:
         try:
-            async with deadline:
-                resp, data = await get_object(fs, bucket, key, wanted, pin)
-        except (FileNotFoundError, PermissionError) as exc:
-            raise named(exc, name) from exc
-        except Exception as exc:  # retried like any range read; FetchError after the budget
-            spent += loop.time() - began
-            if remote.is_fatal(exc):
-                raise
+            resp, data = await get_object(fs, bucket, key, wanted, pin)
+        except (FileNotFoundError, PermissionError):
+            raise
+        except Exception as exc:
             code = error_code(exc)
-            if code in ("InvalidRange", "416") and asked < 0:
-                # S3 answers a suffix longer than the object with all of it; some servers
-                # (rclone, ...) refuse it instead. Ask for a prefix of the same length: all
-                # of a smaller object (the tail wanted), else only a bounded prefix
-                asked = -count
-                continue
-            if code in ("InvalidRange", "416"):  # an empty object: no range is satisfiable
-                empty: Mapping[str, Any] = await fs._info(path)
-                return empty, b""
+            if code in ("InvalidRange", "416"):
+                raise RangeNotSatisfiable(str(exc)) from exc
             if code in ("AccessDenied", "403"):
-                raise named(PermissionError(str(exc)), name) from exc
+                raise PermissionError(str(exc)) from exc
             if code in ("NoSuchBucket", "NoSuchKey", "404"):
-                raise named(FileNotFoundError(str(exc)), name) from exc
-            problem = remote.cut(loop.time() - began, made) if deadline.expired() else exc
-        else:
-            spent += loop.time() - began
-            answered = resp.get("VersionId")
-            if version and answered and answered != version:
-                raise ConsistencyError(
-                    f"{name}: asked for version {version}, the server answered with version "
-                    f"{answered} (it ignored the version asked for)"
-                )
-            got = _opening_bytes(resp, bytes(data), asked)  # bytes already (no ``into``)
-            if isinstance(got, str):
-                problem = got
-            else:
-                size, part = got
-                if asked != count and len(part) < size:  # a prefix, not the tail: no tail
-                    part = b""
-                info = {
-                    "size": size,
-                    "ETag": resp.get("ETag"),
-                    "LastModified": resp.get("LastModified"),
-                    "VersionId": answered,
-                }
-                return info, part
-        waited = await remote.wait_to_retry(attempt, REMOTE_ATTEMPTS, spent, budget)
-        if waited is None:
-            break
-        spent = waited
-    out = made < REMOTE_ATTEMPTS or spent >= budget  # stopped early: the budget ran out
-    raise remote.failure(name, f"bytes {span} at open", made, budget, problem, out=out)
+                raise FileNotFoundError(str(exc)) from exc
+            raise
+        answered = resp.get("VersionId")
+        if version and answered and answered != version:
+            raise ConsistencyError(
+                f"{name}: asked for version {version}, the server answered with version "
+                f"{answered} (it ignored the version asked for)"
+            )
+        fields = {
+            "ETag": resp.get("ETag"),
+            "LastModified": resp.get("LastModified"),
+            "VersionId": answered,
+        }
+        length = resp.get("ContentLength")
+        return Opened(
+            str(resp.get("ContentRange") or ""),
+            length if isinstance(length, int) else None,
+            bytes(data),  # bytes already (no ``into``)
+            fields,
+        )
+
+    async def empty() -> Mapping[str, Any]:
+        info: Mapping[str, Any] = await fs._info(path)
+        return info
+
+    return await open_within(name, count, budget, attempt, empty)

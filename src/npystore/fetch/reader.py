@@ -43,13 +43,15 @@ def transport_for(
     fs: Any, path: str, identity: ObjectIdentity, budget: float, source: FileSource | None
 ) -> Transport:
     """The backend that reads the object's ranges: the file object if there is one, else by
-    the kind of ``fs`` (local, S3, http, another async filesystem whose ``_cat_ranges`` is
-    fsspec's, anything else); ``fs=None`` is a local path."""
+    the kind of ``fs`` (local, S3, http, GCS, Azure, another async filesystem whose
+    ``_cat_ranges`` is fsspec's, anything else); ``fs=None`` is a local path."""
     if source is not None:
         return FileRanges(source, identity)
     if fs is None or is_local(fs):
         return LocalRanges(path, identity)
     # the remote backends, imported for a remote object only (they bring asyncio and fsspec)
+    from npystore.fetch.azure import AzureRanges, is_azure  # noqa: PLC0415
+    from npystore.fetch.gcs import GcsRanges, is_gcs  # noqa: PLC0415
     from npystore.fetch.generic import (  # noqa: PLC0415
         BlockCacheRanges,
         CatFileRanges,
@@ -64,6 +66,10 @@ def transport_for(
         return S3Ranges(fs, path, identity, budget)
     if is_http(fs):
         return HttpRanges(fs, path, identity, budget)
+    if is_gcs(fs):
+        return GcsRanges(fs, path, identity, budget)
+    if is_azure(fs):
+        return AzureRanges(fs, path, identity, budget)
     if is_block_cache(fs):
         return BlockCacheRanges(fs, path, identity, budget)
     if getattr(fs, "async_impl", False) and default_cat_ranges(fs):

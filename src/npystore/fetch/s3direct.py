@@ -72,6 +72,7 @@ __all__ = [
     "direct_connections",
     "direct_enabled",
     "direct_get",
+    "direct_session",
     "direct_url",
     "env_proxy",
     "slots",
@@ -400,23 +401,33 @@ _sessions_lock = threading.Lock()
 async def _session(signed: SignedUrl) -> Any:
     """The session of the running loop for ``signed``'s TLS settings and connection count
     (made on first use)."""
+    return await direct_session(signed.ca_bundle, signed.connections, signed.timeouts)
+
+
+async def direct_session(
+    ca_bundle: str | None, connections: int, timeouts: tuple[float, float]
+) -> Any:
+    """The bare aiohttp session of the running loop for a certificate bundle (None: the
+    system's) and a connection count, made on first use (``timeouts``: its default
+    ``(connect, read)`` seconds then): no decompression, no environment lookups, no
+    automatic headers (see the module doc). The direct GETs of S3 and Azure share it."""
     import aiohttp  # noqa: PLC0415 - aiobotocore's dependency, present with s3fs
 
     loop = asyncio.get_running_loop()
-    key = (signed.ca_bundle, signed.connections)
+    key = (ca_bundle, connections)
     with _sessions_lock:
         session = _sessions.setdefault(loop, {}).get(key)
     if session is not None and not session.closed:
         return session
     # reading the certificates is file IO: off the loop, as aiobotocore does
-    context = await asyncio.to_thread(ssl.create_default_context, cafile=signed.ca_bundle)
+    context = await asyncio.to_thread(ssl.create_default_context, cafile=ca_bundle)
     with _sessions_lock:
         by_key = _sessions.setdefault(loop, {})
         session = by_key.get(key)
         if session is None or session.closed:
-            connect, read = signed.timeouts
+            connect, read = timeouts
             session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=signed.connections, ssl=context),
+                connector=aiohttp.TCPConnector(limit=connections, ssl=context),
                 timeout=aiohttp.ClientTimeout(sock_connect=connect, sock_read=read),
                 auto_decompress=False,
                 trust_env=False,  # proxies: per signed URL (see the module doc)

@@ -127,6 +127,9 @@ class Sink(ABC):
         Most parts.
     concurrency : int
         Parts worth writing at once (uploads in flight).
+    ordered : bool
+        Whether parts are written in ascending order, at most :attr:`concurrency` ahead of
+        the lowest one not yet written (S3: some servers take parts only in order).
     sequential : bool
         Parts must be written in order, one after the other (a file object).
     """
@@ -135,6 +138,7 @@ class Sink(ABC):
     min_part: int = 0
     max_parts: int = 2**31
     concurrency: int = os.cpu_count() or 1
+    ordered: bool = False
     sequential: bool = False
 
     @abstractmethod
@@ -401,6 +405,7 @@ class S3Sink(Sink):
     min_part = S3_MIN_PART
     max_parts = S3_MAX_PARTS
     concurrency = 8
+    ordered = True
 
     def __init__(self, fs: Any, path: str) -> None:
         self.fs = fs

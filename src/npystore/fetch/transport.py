@@ -240,6 +240,10 @@ class PinnedRanges(AsyncRanges):
 
     #: Whether ETags compare exactly (http) or without their quotes (S3).
     strict_etag: ClassVar[bool] = False
+    #: What the store calls the version every answer is compared with (GCS: generation).
+    version_name: ClassVar[str] = "version"
+    #: Whether an answer without a version is refused (GCS: reads are pinned by it).
+    version_required: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -291,11 +295,18 @@ class PinnedRanges(AsyncRanges):
                 f"object was opened with ETag {want}: it changed since it was opened (and "
                 f"the server ignored the pin); reopen it"
             )
-        if self._want_version and version and version != self._want_version:
+        want_version, kind = self._want_version, self.version_name
+        if want_version and not version and self.version_required:
             raise ConsistencyError(
-                f"{self.url}: the answer for bytes [{start}, {stop}) came from version "
-                f"{version}, but version {self._want_version} was opened (the server ignored "
-                f"the pin); reopen it"
+                f"{self.url}: the answer for bytes [{start}, {stop}) carries no {kind}, but "
+                f"{kind} {want_version} was opened: it cannot be told from another object; "
+                f"reopen it"
+            )
+        if want_version and version and version != want_version:
+            raise ConsistencyError(
+                f"{self.url}: the answer for bytes [{start}, {stop}) came from {kind} "
+                f"{version}, but {kind} {want_version} was opened (the server ignored the "
+                f"pin); reopen it"
             )
         from npystore.fetch.opening import CONTENT_RANGE  # noqa: PLC0415
 

@@ -10,6 +10,12 @@ plus the data in order), so each part is written by the dask task that makes it:
   its bytes. Under dask.distributed those tasks run on the workers, which upload their
   own parts: only part numbers and ETags travel back to the client, which completes the
   upload. On dask's threaded scheduler, :attr:`Sink.concurrency` threads run them.
+  The uploads go in ascending order with a bounded lookahead (:attr:`Sink.ordered`):
+  part ``n`` starts only once part ``n - concurrency`` is uploaded, so at most
+  ``concurrency`` parts are in flight and the lowest part not yet uploaded is always
+  among them or free to start. A server that takes parts only in order (rclone's
+  ``serve s3`` holds a part until the ones before it arrived, within a buffer) never
+  waits on a part that no thread will start, which dask's own order allowed.
 
 An open file object is written in order from its position instead (the slabs computed a
 window at a time, as an archive's are), as ``numpy.save`` writes it. Any failure aborts the
@@ -66,9 +72,11 @@ def _write_part(
     pieces: list[tuple[int, int, int, Any, Any]],
     blocks: list[Any],
     dtype: Any,
+    after: Receipt | None = None,
 ) -> Receipt:
     """Gather bytes ``[start, stop)`` of the file (header bytes, then block slices) and
-    write them as part ``number``."""
+    write them as part ``number`` (``after``: the receipt of the part this one waits for,
+    only a dependency of the graph)."""
     buf = np.empty(stop - start, np.uint8)
     buf[: len(head)] = np.frombuffer(head, np.uint8)
     for (at, lo, hi, shape, where), block in zip(pieces, blocks, strict=True):
@@ -137,7 +145,11 @@ def write_npy(sink: Sink, src: Source) -> list[Receipt]:
                     )
                     blocks.append(keys[k])
             piece_head = head[start:stop] if start < len(head) else b""
-            tasks.append(part(sink, number, start, stop, piece_head, pieces, blocks, x.dtype))
+            window = max(1, sink.concurrency)
+            after = tasks[number - 1 - window] if sink.ordered and number > window else None
+            tasks.append(
+                part(sink, number, start, stop, piece_head, pieces, blocks, x.dtype, after)
+            )
     kwargs: dict[str, Any] = {}
     # no scheduler configured (None) means dask's default for arrays, the threaded one: it
     # would run as many part uploads at once as there are cores
