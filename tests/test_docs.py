@@ -6,13 +6,18 @@ top to bottom (its ``>>>`` examples as plain code, for the names they define) ag
 S3 server (moto) that holds the objects the snippets name, found through ``AWS_ENDPOINT_URL``
 as a real endpoint would be. A block that needs something this test cannot provide (a
 server at another host) says so on the line before its fence:
-``<!-- docs-test: skip (reason) -->``; there are few, and each names its reason.
+``<!-- docs-test: skip (reason) -->``; there are few, and each names its reason. A block
+that needs an optional package says so the same way, ``<!-- docs-test: needs icechunk -->``:
+it runs where the package is installed (and must, where ``NPYSTORE_TEST_REQUIRE`` names it),
+and is left out elsewhere (Icechunk needs Python >= 3.12, CI's oldest leg runs 3.11).
 """
 
 from __future__ import annotations
 
 import doctest
+import importlib.util
 import io
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,10 +31,19 @@ import npystore
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 _FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 _SKIP = re.compile(r"<!-- docs-test: skip \((?P<reason>[^)]+)\) -->\s*\Z")
+_NEEDS = re.compile(r"<!-- docs-test: needs (?P<module>[\w.]+) -->\s*\Z")
 
 
-def _blocks(page: Path) -> list[tuple[int, str, str | None]]:
-    """The page's python blocks: (line, code, reason to skip or None)."""
+def _missing(module: str) -> bool:
+    """Whether the optional ``module`` a block needs is absent and may be (not named by
+    ``NPYSTORE_TEST_REQUIRE``)."""
+    required = module in os.environ.get("NPYSTORE_TEST_REQUIRE", "").split(",")
+    return not required and importlib.util.find_spec(module) is None
+
+
+def _blocks(page: Path) -> list[tuple[int, str, str | None, str | None]]:
+    """The page's python blocks: (line, code, reason to skip or None, the optional module
+    it needs or None)."""
     text = page.read_text()
     out = []
     for m in _FENCE.finditer(text):
@@ -37,10 +51,18 @@ def _blocks(page: Path) -> list[tuple[int, str, str | None]]:
             continue
         before = text[: m.start()]
         skip = _SKIP.search(before)
+        needs = _NEEDS.search(before)
         body = m.group(2)
         if ">>>" in body:
             body = "".join(map(_as_code, doctest.DocTestParser().get_examples(body)))
-        out.append((before.count("\n") + 1, body, skip.group("reason") if skip else None))
+        out.append(
+            (
+                before.count("\n") + 1,
+                body,
+                skip.group("reason") if skip else None,
+                needs.group("module") if needs else None,
+            )
+        )
     return out
 
 
@@ -138,8 +160,8 @@ def test_every_python_block_of_the_page_runs(
     namespace: dict[str, Any] = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
     ran = 0
     try:
-        for line, code, skip in _blocks(page):
-            if skip is not None:
+        for line, code, skip, needs in _blocks(page):
+            if skip is not None or (needs is not None and _missing(needs)):
                 continue
             try:
                 exec(compile(code, f"{page.name}:{line}", "exec"), namespace)
@@ -155,7 +177,7 @@ def test_skipped_blocks_are_few_and_say_why() -> None:
     skipped = [
         (page.name, line, reason)
         for page in sorted(DOCS.glob("*.md"))
-        for line, _, reason in _blocks(page)
+        for line, _, reason, _ in _blocks(page)
         if reason is not None
     ]
     assert len(skipped) <= 3, skipped

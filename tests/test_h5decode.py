@@ -59,11 +59,23 @@ BUILTIN = {
 @pytest.mark.parametrize("case", sorted(BUILTIN))
 def test_libhdf5_builtin_filters(tmp_path: Path, case: str) -> None:
     path = tmp_path / "f.mat"
+    old_scaleoffset = case.startswith("scaleoffset") and h5py.version.hdf5_version_tuple < (2,)
     try:
         oracle = write_mat(path, **BUILTIN[case])
     except ValueError as exc:  # szip is optional in libhdf5 builds
         pytest.skip(f"h5py cannot write {case}: {exc}")
+    except OSError as exc:
+        if not old_scaleoffset:
+            raise
+        # libhdf5 1.14 cannot read back the integer scale-offset chunks it wrote
+        pytest.skip(f"libhdf5 {h5py.version.hdf5_version} cannot read its own {case}: {exc}")
     m = npystore.open_mat(str(path))
+    if old_scaleoffset:
+        # libhdf5 1.14's scale-offset derives parameters when a pipeline is built, over the
+        # file's: npystore's decode through libhdf5 refuses the chunk, naming the pipeline
+        with pytest.raises(UnsupportedError, match="cannot build the filter pipeline"):
+            m["x"].compute()
+        return
     for name, want in oracle.items():
         got = m[name].compute()
         assert got.dtype == want.dtype

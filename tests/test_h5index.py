@@ -253,6 +253,8 @@ def test_s3_many_chunk_index_costs_a_request_per_level(s3: Any, tmp_path: Path) 
         layout = dataset_layout(h5["x"], reader)
     levels = blockfile.fetches - before
     assert levels <= 3  # the root (cached with the header, or one batch), one per level
-    assert m.requests <= 50 + 2, m  # 47 leaves, in one concurrent batch
+    # the leaves in one concurrent batch: 47 with libhdf5 2.0, 71 with 1.14 (whose splits
+    # leave leaves half full); a B-tree leaf holds at least K = 32 of the 3,000 chunks
+    assert m.requests <= 3000 // 32 + 2, m
     np.testing.assert_array_equal(LayoutArray(reader, layout).read(), data)
     h5.close()

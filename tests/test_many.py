@@ -188,7 +188,9 @@ def test_many_tiny_shards_keep_the_graph_small(tmp_path: Path) -> None:
     array = next(v for k, v in graph.items() if isinstance(k, str))
     per_file = len(pickle.dumps(array)) / n
     per_task = (total - len(pickle.dumps(array))) / n
-    assert per_task <= 100, per_task  # the getter and its slices
+    # the getter and its slices: < 100 bytes with dask 2026, 188 with dask 2025.2 (whose
+    # task objects pickle their key and function reference longer)
+    assert per_task <= 200, per_task
     assert per_file <= 300, per_file  # the path, its identity, its layout: once per file
     np.testing.assert_array_equal(a[2 * 9_999 :].compute(), [9_999, -9_999])
     np.testing.assert_array_equal(a[::5_000].compute(), [0, 2_500, 5_000, 7_500])
@@ -387,7 +389,19 @@ def test_s3_opening_requests_go_direct_for_odd_keys(s3, tmp_path: Path) -> None:
 def test_xarray_dataset_of_many_files(tmp_path: Path) -> None:
     xr = pytest.importorskip("xarray")
     xs = _shards(tmp_path, [3, 4, 3, 2, 2, 2, 2, 2, 2, 2, 5])  # emb_0 ... emb_10
-    ds = xr.open_dataset(str(tmp_path / "emb_*.npy"), engine="npystore", chunks={})
+    from packaging.version import Version
+
+    # xarray before 2026.7 takes the modification time of a local path it is given when
+    # chunks= is set, and fails on a glob (os.path.getmtime): the folder works on every
+    # version, the glob with chunks only on the newer ones
+    where = str(tmp_path / "emb_*.npy")
+    if Version(xr.__version__) < Version("2026.7"):
+        with pytest.raises(FileNotFoundError, match=r"emb_\*\.npy"):
+            xr.open_dataset(where, engine="npystore", chunks={})
+        lazy = xr.open_dataset(where, engine="npystore")  # no chunks: no mtime asked
+        np.testing.assert_array_equal(lazy["data"].values, np.concatenate(xs))
+        where = str(tmp_path)  # the folder, whose emb_*.npy are all its .npy files
+    ds = xr.open_dataset(where, engine="npystore", chunks={})
     assert ds["data"].dims == ("dim_0", "dim_1")
     assert ds["data"].chunks[0] == (3, 4, 3, 2, 2, 2, 2, 2, 2, 2, 5)
     np.testing.assert_array_equal(ds["data"].values, np.concatenate(xs))

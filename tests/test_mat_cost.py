@@ -227,7 +227,8 @@ def test_v73_references_are_followed_once_per_distinct_object(
         c.attrs["MATLAB_class"] = np.bytes_("cell")
         s = f.create_group("s")  # a 1x3 struct array whose field x refers to a, b, a
         s.attrs["MATLAB_class"] = np.bytes_("struct")
-        x = s.create_dataset("x", data=np.array([[empty.ref], [pair.ref], [empty.ref]]))
+        refs_x = np.array([[empty.ref], [pair.ref], [empty.ref]], dtype=h5py.ref_dtype)
+        x = s.create_dataset("x", data=refs_x)
         x.attrs["H5PATH"] = np.bytes_("/s")
     header = b"MATLAB 7.3 MAT-file, Platform: TEST, Created on: never HDF5 schema 1.00 ."
     with path.open("r+b") as fh:

@@ -302,19 +302,29 @@ def named(exc: OSError, name: str) -> OSError:
 
 
 def _no_botocore_retry(
-    caught_exception: BaseException | None = None, response: Any = None, **_: Any
-) -> bool | None:
-    """``needs-retry.s3.GetObject`` handler: "do not retry" (False, which aiobotocore takes
-    as an answer) for npystore's own requests that botocore would retry (a connection error,
-    429, 5xx); no opinion otherwise (redirects to another region stay botocore's)."""
+    caught_exception: BaseException | None = None,
+    response: Any = None,
+    operation: Any = None,
+    **_: Any,
+) -> None:
+    """``needs-retry.s3.<operation>`` handler that ends botocore's retry loop for npystore's
+    own requests that botocore would retry (a connection error, 429, 5xx) by raising what
+    the request would have raised had botocore not retried it: the caught exception, or the
+    ``ClientError`` of the error response. An answer of ``False`` is not enough:
+    aiobotocore before 3 takes any answer but ``None`` as "retry after that many seconds"
+    (``False`` retried at once, botocore's attempts times npystore's). No opinion (``None``)
+    for other requests and answers (redirects to another region stay botocore's)."""
     if not _OWN_RETRIES.get():
-        return None
+        return
     if caught_exception is not None:
-        return False
-    status = getattr(response[0], "status_code", None) if isinstance(response, tuple) else None
+        raise caught_exception
+    if not isinstance(response, tuple) or len(response) != 2:
+        return
+    status = getattr(response[0], "status_code", None)
     if isinstance(status, int) and (status == 429 or status >= 500):
-        return False
-    return None
+        from botocore.exceptions import ClientError  # noqa: PLC0415 - S3 only
+
+        raise ClientError(response[1], getattr(operation, "name", "S3 request"))
 
 
 async def call_s3(fs: Any, method: str, **params: Any) -> dict[str, Any]:

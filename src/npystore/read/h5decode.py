@@ -3,7 +3,9 @@
 :func:`npystore.formats.h5filters.decode_chunk` undoes deflate, shuffle and fletcher32, the
 filters MATLAB and most writers use. Any other filter (lzf, szip, nbit, scaleoffset, and the
 plugins ``hdf5plugin`` registers: blosc, bitshuffle, zstd, lz4, ...) is decoded here, by the
-libhdf5 that h5py links, one chunk at a time:
+libhdf5 that h5py links, one chunk at a time in the process (under one lock: with libhdf5
+1.14, decoders used on several threads at once crashed the process, even though h5py
+serializes each of its calls):
 
 1. an in-memory HDF5 file (core driver, no backing store) holds one dataset whose shape is
    one chunk, with the same stored type and the same filter pipeline as the file's dataset;
@@ -40,11 +42,13 @@ from npystore.read.layout import Filter
 
 __all__ = ["decode_with_libhdf5"]
 
-#: Decoders kept per thread (one in-memory file each, about one chunk of memory).
+#: Decoders kept (one in-memory file each, about one chunk of memory).
 _CACHED: Final = 8
 #: Most parameters of one filter (HDF5's own and the registered plugins' take at most 20).
 MAX_CLIENT_DATA: Final = 32
-_local = threading.local()
+#: Held while libhdf5 builds, fills or reads a decoder, and by the cache of decoders.
+_LOCK: Final = threading.Lock()
+_cache: OrderedDict[Any, _ChunkDecoder] = OrderedDict()
 _names = itertools.count()
 _plugins_loaded = False
 
@@ -101,9 +105,8 @@ class _ChunkDecoder:
 def _decoder(
     dtype: np.dtype[Any], chunk_shape: tuple[int, ...], filters: Sequence[Filter], source: str
 ) -> _ChunkDecoder:
-    cache: OrderedDict[Any, _ChunkDecoder] | None = getattr(_local, "cache", None)
-    if cache is None:
-        cache = _local.cache = OrderedDict()
+    """The cached decoder of a pipeline, made when missing (``_LOCK`` held)."""
+    cache = _cache
     key = (dtype, chunk_shape, tuple(filters))
     found = cache.get(key)
     if found is not None:
@@ -214,20 +217,21 @@ def decode_with_libhdf5(
                 f"{source}: an unfiltered chunk of {len(data)} bytes, expected {want}"
             )
         return np.frombuffer(bytes(data), dtype=dtype).reshape(chunk_shape).copy()
-    decoder = _decoder(dtype, chunk_shape, applied, source)
-    try:
-        return decoder.decode(data)
-    except (OSError, RuntimeError, ValueError) as exc:
-        text = str(exc)
-        if "not registered" in text or "not available" in text or "can't open" in text:
-            raise UnsupportedError(
-                f"{source}: libhdf5 has no decoder for the filter pipeline "
-                f"{_names_of(filters)}: {text}{_hint(filters)}"
+    with _LOCK:
+        decoder = _decoder(dtype, chunk_shape, applied, source)
+        try:
+            return decoder.decode(data)
+        except (OSError, RuntimeError, ValueError) as exc:
+            text = str(exc)
+            if "not registered" in text or "not available" in text or "can't open" in text:
+                raise UnsupportedError(
+                    f"{source}: libhdf5 has no decoder for the filter pipeline "
+                    f"{_names_of(filters)}: {text}{_hint(filters)}"
+                ) from exc
+            raise FormatError(
+                f"{source}: the chunk's {len(data)} stored bytes do not decode through the "
+                f"filter pipeline {_names_of(filters)} (libhdf5: {text})"
             ) from exc
-        raise FormatError(
-            f"{source}: the chunk's {len(data)} stored bytes do not decode through the "
-            f"filter pipeline {_names_of(filters)} (libhdf5: {text})"
-        ) from exc
 
 
 def _names_of(filters: Sequence[Filter]) -> str:
