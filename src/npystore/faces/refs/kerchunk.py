@@ -36,6 +36,7 @@ from npystore.faces.dask import ChunksSpec
 from npystore.faces.refs.budget import MAX_INLINE, InlineBudget, OverBudget
 from npystore.faces.refs.plan import ArrayRefs, plan_array
 from npystore.faces.tree import ArrayNode, GroupNode, Node, file_nodes
+from npystore.faces.tree.nodes import CONSOLIDATED_MAX
 from npystore.fetch import RangeReader, open_reader
 from npystore.fetch.fileobj import BinaryFile
 from npystore.files.zip import DEFAULT_MAX_MEMBERS
@@ -367,7 +368,20 @@ def _v2_refs(
         for index, ref in plan.items():
             key = f"{name}/{'.'.join(map(str, index)) or '0'}"
             refs[key] = _inline(ref) if isinstance(ref, bytes) else [target, *ref]
+    if len(nodes) <= CONSOLIDATED_MAX:
+        refs[".zmetadata"] = _v2_consolidated(refs)
     return refs
+
+
+def _v2_consolidated(refs: Mapping[str, Any]) -> str:
+    """Zarr v2 consolidated metadata (``.zmetadata``) of ``refs``, as kerchunk's own
+    ``MultiZarrToZarr`` writes it. zarr 3.1 over fsspec's reference file system cannot list
+    a group below the root (its ``FsspecStore`` with ``path=""`` asks for ``/name``, a key
+    the references do not have): without it a MAT struct's fields were not found
+    (``xarray.open_dataset(refs, engine="kerchunk", group="s")`` gave an empty dataset)."""
+    names = (".zgroup", ".zattrs", ".zarray")
+    metadata = {k: json.loads(v) for k, v in refs.items() if k.rsplit("/", 1)[-1] in names}
+    return json.dumps({"zarr_consolidated_format": 1, "metadata": metadata})
 
 
 def _v3_refs(

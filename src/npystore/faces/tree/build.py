@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
+from npystore.errors import UnsupportedError
 from npystore.faces.tree.nodes import ArrayNode, GroupNode, Node, node_name
 from npystore.fetch import RangeReader
 from npystore.files.npy import open_layout_array
@@ -21,6 +22,7 @@ from npystore.files.open import sniff_reader
 from npystore.files.zip import MemberInfo, ZipArchive, member_key, unique_keys
 from npystore.formats.mat5 import CharErrors
 from npystore.read.access import LayoutArray
+from npystore.read.layout import PickledExtent
 
 __all__ = ["KEPT_NODES", "PAGE_MEMBERS", "NpzTree", "file_nodes"]
 
@@ -187,7 +189,15 @@ def file_nodes(
     prefix, kind = found.prefix, found.kind
     about: dict[str, Any] = {"npystore": {"source": reader.url, "format": kind}}
     if kind == "npy":
-        array = open_layout_array(reader, prefix, False, max_header_size)
+        # allow_pickle=True only to name an object array here (nothing is unpickled)
+        array = open_layout_array(reader, prefix, True, max_header_size)
+        if isinstance(array.layout.storage, PickledExtent):
+            raise UnsupportedError(
+                f"{reader.url}: holds an object array ({array.dtype}), stored as a pickle, "
+                f"which has no Zarr form: the Zarr store, kerchunk references, the "
+                f"VirtualiZarr parser and convert cannot serve it. If you trust the file, "
+                f"read it with npystore.load(url, allow_pickle=True)"
+            )
         return {"": ArrayNode(array, attributes=about)}
     if kind == "npz":
         archive = ZipArchive(reader, max_header_size=max_header_size, max_members=max_members)

@@ -21,13 +21,26 @@ import numpy as np
 from npystore.read.access import LayoutArray, read_selection
 from npystore.read.layout import contiguous_chunks
 
-__all__ = ["CHUNK_TARGET", "MAX_NODE_NAME", "ArrayNode", "GroupNode", "Node", "node_name"]
+__all__ = [
+    "CHUNK_TARGET",
+    "CONSOLIDATED_MAX",
+    "MAX_NODE_NAME",
+    "ArrayNode",
+    "GroupNode",
+    "Node",
+    "node_name",
+]
 
 #: Target bytes of a Zarr chunk (contiguous ranges of the file, like dask's "auto").
 CHUNK_TARGET: Final = 16 * 2**20
 #: Longest node name (ASCII characters); longer ones are shortened with a hash (see
 #: :func:`node_name`). File systems allow 255 bytes per path component.
 MAX_NODE_NAME: Final = 200
+#: Most nodes of a hierarchy whose root carries consolidated metadata (every node's
+#: document in the root's ``zarr.json``, or a Zarr v2 reference set's ``.zmetadata``: zarr
+#: then never lists, but parses them all when the group is opened; 1,000 documents take
+#: zarr some 0.1 s and 1 MB).
+CONSOLIDATED_MAX: Final = 1000
 
 
 def node_name(name: str) -> str:

@@ -50,7 +50,14 @@ try:
 except ImportError as exc:
     raise missing_dependency("zarr", "zarr", "npystore's Zarr store", exc) from exc
 
-from npystore.faces.tree.nodes import MAX_NODE_NAME, ArrayNode, GroupNode, Node, node_name
+from npystore.faces.tree.nodes import (
+    CONSOLIDATED_MAX,
+    MAX_NODE_NAME,
+    ArrayNode,
+    GroupNode,
+    Node,
+    node_name,
+)
 from npystore.faces.zarr.dtypes import bytes_codec_for, zarr_dtype_for
 
 __all__ = [
@@ -64,10 +71,6 @@ __all__ = [
 ]
 
 _META: Final = "zarr.json"
-#: Most nodes of a hierarchy whose root carries consolidated metadata (every node's
-#: document in the root's ``zarr.json``: zarr then never lists, but parses them all when
-#: the group is opened; 1,000 documents take zarr some 0.1 s and 1 MB).
-CONSOLIDATED_MAX: Final = 1000
 #: ``zarr.json`` documents kept made (the least recently used are made again).
 KEPT_DOCUMENTS: Final = 4096
 
