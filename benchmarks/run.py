@@ -14,9 +14,10 @@ rows run each side in a fresh subprocess (``_rss_probe.py``), alternating the sa
 ``mat73-load``, ``mat73-s3`` (a MATLAB v7.3 variable, local and on loopback S3 + 30 ms),
 ``mat-small-cell``, ``mat-small-struct``, ``mat-small-v73``, ``mat-many-vars``,
 ``mat-v73-shared`` (MAT-files of many small elements or variables), ``mat-corpus-v5``,
-``mat-corpus-v73``, ``mat-first-v5``, ``mat-first-v73`` (small real files: ``mat_small.py``), ``cloud-npy``, ``cloud-mat73``,
-``cloud-mat73-matlab``, ``cloud-npz``, ``cloud-sweep`` (the cloud model, 30 ms and 40 MiB/s
-per connection: ``cloud.py``; ``cloud`` names all five), ``write-npz-local``,
+``mat-corpus-v73``, ``mat-first-v5``, ``mat-first-v73`` (small real files:
+``mat_small.py``), ``cloud-npy``, ``cloud-mat73``, ``cloud-mat73-matlab``, ``cloud-npz``,
+``cloud-sweep`` (the cloud model, 30 ms and 40 MiB/s per connection: ``cloud.py``;
+``cloud`` names all five), ``write-npz-local``,
 ``write-s3-cloud``, ``write-s3-cloud10``, ``write-rss`` (the writers: ``write.py``; ``write``
 names all four).
 

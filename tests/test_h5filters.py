@@ -333,13 +333,13 @@ def test_large_reads_use_numcodecs_kernels_small_ones_numpys(
         f.create_dataset("x", data=data, chunks=(50, 40), shuffle=True, fletcher32=True,
                          compression="gzip")  # fmt: skip
     used: list[Any] = []
-    decode = chunked.decode_chunk
+    decode = chunked.undo_steps
 
     def spy(*args: Any, **kw: Any) -> Any:
         used.append(kw.get("kernels"))
         return decode(*args, **kw)
 
-    monkeypatch.setattr(chunked, "decode_chunk", spy)
+    monkeypatch.setattr(chunked, "undo_steps", spy)
     reader = open_reader(str(path))
     with h5py.File(path, "r") as f:
         layout = dataset_layout(f["x"], reader, source="x")

@@ -64,6 +64,7 @@ __all__ = [
     "inflate_from",
     "inflate_from_into",
     "inflater_name",
+    "inflate_zlib_exact",
     "max_inflated_size",
     "parse_gzidx",
     "raw_decompressobj",
@@ -100,6 +101,39 @@ INFLATE_ERRORS: Final[tuple[type[BaseException], ...]] = (
     zlib.error,
     getattr(_INFLATER, "error", zlib.error),
 )
+
+
+def _pick_whole_inflater() -> tuple[Callable[[Any, int], bytearray] | None, type[Exception]]:
+    try:
+        import deflate  # noqa: PLC0415 - optional: libdeflate, for whole small streams
+    except ImportError:
+        return None, ValueError
+    decompress: Callable[[Any, int], bytearray] = deflate.zlib_decompress
+    error: type[Exception] = deflate.DeflateError
+    return decompress, error
+
+
+_WHOLE_INFLATER, _WHOLE_INFLATE_ERROR = _pick_whole_inflater()
+
+
+def inflate_zlib_exact(data: bytes | bytearray | memoryview, size: int) -> bytearray | None:
+    """A whole zlib stream inflated straight into one new buffer of ``size`` bytes, by
+    libdeflate (the ``deflate`` package, when installed), or None.
+
+    None means: libdeflate is not installed, or the stream is not one valid zlib stream
+    (Adler-32 checked) of exactly ``size`` bytes. The caller then inflates it with its own
+    streaming inflater (:func:`zlib_module`), which says what is wrong. libdeflate never
+    writes past ``size`` bytes: a stream that would give more is refused, not inflated.
+    It releases the GIL, and on small streams (HDF5 chunks of tens of KiB) it is measured
+    0-35% faster than ISA-L, which pays a fixed cost per stream.
+    """
+    if _WHOLE_INFLATER is None or size <= 0:
+        return None
+    try:
+        out = _WHOLE_INFLATER(data, size)
+    except _WHOLE_INFLATE_ERROR:
+        return None
+    return out if len(out) == size else None
 
 
 def max_inflated_size(compressed_size: int) -> int:

@@ -33,6 +33,7 @@ Memory stays bounded: chunks are planned in groups of at most ``_PLAN_CHUNKS`` a
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import sys
@@ -49,8 +50,11 @@ from npystore.fetch import RangeReader
 from npystore.formats.h5filters import (
     FLETCHER32,
     SHUFFLE,
+    ChunkSteps,
     FilterKernels,
-    decode_chunk,
+    chunk_steps,
+    undo_steps,
+    unshuffle_into,
     unsupported_filters,
 )
 from npystore.read.layout import ArrayLayout, ChunkedExtent, Hyperslab
@@ -69,6 +73,8 @@ _REMOTE_RANGE_MIN: Final = 1 * 2**20
 _REMOTE_RANGE_MAX: Final = 4 * 2**20
 #: Chunks per decoding thread below which a batch is decoded in the calling thread.
 _POOL_MIN_CHUNKS: Final = 4
+#: Most chunks a decoding thread takes at a time (fewer when a batch has few chunks).
+_GRAIN_CHUNKS: Final = 8
 #: Decoded bytes of shuffled or Fletcher-32 chunks from which one read imports numcodecs
 #: for its kernels (the import costs some 30 ms; they save 0.5-8 ms per MiB).
 FAST_FILTERS_MIN: Final = 16 * 2**20
@@ -296,6 +302,14 @@ class _Reading:
         self.source = source
         self.parallel = parallel
         self.chunk_nbytes = math.prod(storage.chunk_shape) * layout.dtype.itemsize
+        #: each decoding thread's buffer for unshuffled chunks (reused, chunk after chunk)
+        self._local = threading.local()
+        #: per axis, as lists (no numpy scalars per chunk): chunk index, output span, start
+        self._axes = [
+            (h.chunk.tolist(), h.out_lo.tolist(), h.out_hi.tolist(), h.local.tolist(), h.step)
+            for h in hits
+        ]
+        self._steps: dict[int, ChunkSteps] = {}
         #: the filters npystore does not undo itself (decoded by libhdf5, :mod:`h5decode`)
         self.foreign = unsupported_filters(storage.filters)
         chunks = math.prod(len(h.chunk) for h in hits)
@@ -311,15 +325,15 @@ class _Reading:
         """Output and chunk-local slices of the chunk at per-axis hit positions ``pos``."""
         out_sl = []
         local_sl = []
-        for h, j in zip(self.hits, pos, strict=True):
-            lo, hi, start = int(h.out_lo[j]), int(h.out_hi[j]), int(h.local[j])
+        for (_, out_lo, out_hi, local, step), j in zip(self._axes, pos, strict=True):
+            lo, hi, start = out_lo[j], out_hi[j], local[j]
             out_sl.append(slice(lo, hi))
-            local_sl.append(slice(start, start + (hi - lo - 1) * h.step + 1, h.step))
+            local_sl.append(slice(start, start + (hi - lo - 1) * step + 1, step))
         return tuple(out_sl), tuple(local_sl)
 
     def _grid_index(self, pos: Sequence[int]) -> tuple[int, ...]:
         """The chunk's index in the grid, from its per-axis hit positions."""
-        return tuple(int(h.chunk[j]) for h, j in zip(self.hits, pos, strict=True))
+        return tuple(axis[0][j] for axis, j in zip(self._axes, pos, strict=True))
 
     def plan_and_read(self, flat: np.ndarray[Any, np.dtype[np.int64]]) -> None:
         """Fill the output for the chunks at flat hit positions ``flat`` (selection order)."""
@@ -409,18 +423,22 @@ class _Reading:
             wait(running)  # no read may outlive the call (its buffers, its errors)
 
     def _decode_all(self, tasks: list[_Task]) -> None:
-        """Decode and place every chunk: in contiguous groups, one per CPU, the calling
-        thread taking the first (inflating releases the GIL)."""
+        """Decode and place every chunk, on as many threads as there are CPUs (the calling
+        thread one of them): each takes the next few chunks not yet taken until none is
+        left, so a thread that is slowed down (a busy machine) holds up no share of the
+        work. Inflating and the copies into place release the GIL."""
         n = min(_cpus(), len(tasks) // _POOL_MIN_CHUNKS)
         if n <= 1 or not any(self._active(t[1]) for t in tasks):
-            self._decode_many(tasks)
+            self._decode_many(tasks, itertools.count(), len(tasks))
             return
-        size = -(-len(tasks) // n)
-        groups = [tasks[i : i + size] for i in range(0, len(tasks), size)]
+        grain = max(1, min(_GRAIN_CHUNKS, len(tasks) // (4 * n)))
+        taken = itertools.count()  # next() is atomic: each grain goes to one thread
         pool = _pool("decode")
-        futures: list[Future[None]] = [pool.submit(self._decode_many, g) for g in groups[1:]]
+        futures: list[Future[None]] = [
+            pool.submit(self._decode_many, tasks, taken, grain) for _ in range(n - 1)
+        ]
         try:
-            self._decode_many(groups[0])
+            self._decode_many(tasks, taken, grain)
         except BaseException:
             for future in futures:
                 future.cancel()
@@ -430,9 +448,24 @@ class _Reading:
         for future in futures:
             future.result()
 
-    def _decode_many(self, tasks: list[_Task]) -> None:
-        for t in tasks:
-            self._decode_one(*t)
+    def _decode_many(self, tasks: list[_Task], taken: Iterator[int], grain: int) -> None:
+        """Decode grains of ``grain`` tasks, the ``next(taken)``-th each, until none is left
+        (or another thread failed: ``taken`` then runs past the end)."""
+        total = len(tasks)
+        decode = self._decode_one
+        try:
+            while (lo := next(taken) * grain) < total:
+                for data, mask, pos in tasks[lo : lo + grain]:
+                    decode(data, mask, pos)
+        except BaseException:
+            self._failed(taken, total, grain)
+            raise
+
+    @staticmethod
+    def _failed(taken: Iterator[int], total: int, grain: int) -> None:
+        """Let the other threads stop early: take every grain left."""
+        while next(taken) * grain < total:
+            pass
 
     def _decode_foreign(self, data: memoryview, mask: int, where: str) -> np.ndarray[Any, Any]:
         """A chunk whose pipeline holds a filter npystore does not undo: libhdf5 decodes it."""
@@ -457,39 +490,47 @@ class _Reading:
     def _active(self, mask: int) -> bool:
         return any(not (mask >> i) & 1 for i in range(len(self.storage.filters)))
 
-    def _decode_one(self, data: memoryview, mask: int, pos: tuple[int, ...]) -> None:
-        nbytes = self.chunk_nbytes
-        where = f"{self.source}: chunk {self._grid_index(pos)}"
-        decoded: bytes | memoryview
-        chunk: np.ndarray[Any, Any]
-        if self._active(mask) and self.foreign:
-            chunk = self._decode_foreign(data, mask, where)
-            out_sl, local_sl = self._slices(pos)
-            self.out[out_sl] = chunk[local_sl]
-            return
-        if self._active(mask):
-            decoded = decode_chunk(
-                data,
+    def _steps_of(self, mask: int, where: str) -> ChunkSteps:
+        """How chunks with filter mask ``mask`` are decoded (made once per mask)."""
+        steps = self._steps.get(mask)
+        if steps is None:
+            steps = self._steps[mask] = chunk_steps(
                 self.storage.filters,
                 mask,
                 itemsize=self.layout.dtype.itemsize,
-                nbytes=nbytes,
+                nbytes=self.chunk_nbytes,
                 source=where,
-                kernels=self.kernels,
             )
-        elif data.nbytes != nbytes:
+        return steps
+
+    def _decode_one(self, data: memoryview, mask: int, pos: tuple[int, ...]) -> None:
+        """Undo one chunk's filters and copy the selected part into the output: the stored
+        bytes are checked in place and inflated once; a final unshuffle goes into the
+        thread's own buffer (no allocation), from which the part is copied into place."""
+        where = f"{self.source}: chunk {self._grid_index(pos)}"
+        out_sl, local_sl = self._slices(pos)
+        if self.foreign and self._active(mask):
+            self.out[out_sl] = self._decode_foreign(data, mask, where)[local_sl]
+            return
+        steps = self._steps_of(mask, where)
+        nbytes = self.chunk_nbytes
+        if not steps.steps and not steps.shuffle and data.nbytes != nbytes:
             raise FormatError(
                 f"{where}: an unfiltered chunk of {data.nbytes} bytes, expected {nbytes}"
             )
-        else:
-            decoded = data
-        chunk = np.ndarray(
-            self.storage.chunk_shape,
-            dtype=self.layout.dtype,
-            buffer=decoded,
-            order=self.layout.order,
+        decoded = undo_steps(data, steps, nbytes=nbytes, source=where, kernels=self.kernels)
+        if steps.shuffle:
+            scratch: np.ndarray[Any, np.dtype[np.uint8]] | None = getattr(
+                self._local, "scratch", None
+            )
+            if scratch is None:
+                scratch = self._local.scratch = np.empty(nbytes, dtype=np.uint8)
+            unshuffle_into(decoded, steps.shuffle, scratch)
+            decoded = memoryview(scratch.data)
+        layout = self.layout
+        chunk: np.ndarray[Any, Any] = np.ndarray(
+            self.storage.chunk_shape, dtype=layout.dtype, buffer=decoded, order=layout.order
         )
-        out_sl, local_sl = self._slices(pos)
         self.out[out_sl] = chunk[local_sl]
 
 
