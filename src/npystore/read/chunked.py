@@ -5,9 +5,16 @@ as few range requests as the file allows: chunks whose bytes are neighbours shar
 every range of a batch goes in one read (:meth:`~npystore.fetch.RangeReader.readinto_many`,
 or :meth:`~npystore.fetch.RangeReader.start_readinto` when there are several batches) into
 uninitialised buffers: no zero-fill, and no copy for local files. It then undoes each
-chunk's filters (:func:`npystore.formats.h5filters.decode_chunk`) and copies the selected part
-of each chunk into one preallocated output array; a batch's chunks are split into one
-contiguous group per CPU, the calling thread decoding the first (inflating releases the GIL).
+chunk's filters and copies the selected part of each chunk into one preallocated output
+array, on as many threads as there are CPUs (the calling thread one of them), each taking the
+next few chunks of the batch until none is left, so that a thread the machine slows down
+holds up no fixed share. A chunk is decoded with no intermediate copy
+(:func:`~npystore.formats.h5filters.chunk_steps`,
+:func:`~npystore.formats.h5filters.undo_steps`): its checksum checked where it was read,
+inflated once (into one buffer, by libdeflate when installed), unshuffled into a buffer its
+thread reuses (:func:`~npystore.formats.h5filters.unshuffle_into`), and copied into place.
+Inflating, unshuffling and the copies release the GIL; what holds it per chunk is a few
+microseconds of Python and the Fletcher-32 check.
 
 Batches are fetched while earlier ones decode, each decoded as soon as its bytes are in
 (:class:`_Pace` says how a read is cut and how much of it is held at once):
@@ -21,11 +28,13 @@ Batches are fetched while earlier ones decode, each decoded as soon as its bytes
 
 Chunks never written read as the fill value.
 
-Shuffle and Fletcher-32 are undone with numcodecs' compiled kernels (:class:`_Numcodecs`,
-measured 1.5-5x faster than numpy's per chunk, with no threads of their own) once a read
-decodes at least :data:`FAST_FILTERS_MIN` bytes through them, or numcodecs is imported
-already; smaller reads use :mod:`npystore.formats.h5filters`' own (importing numcodecs
-costs more than it saves there), as does an install without numcodecs.
+Fletcher-32 is checked with numcodecs' compiled kernel (:class:`_Numcodecs`, measured
+1.5-5x faster than numpy's per chunk, with no threads of their own) once a read decodes at
+least :data:`FAST_FILTERS_MIN` bytes through it, or numcodecs is imported already; smaller
+reads use :mod:`npystore.formats.h5filters`' own (importing numcodecs costs more than it
+saves there), as does an install without numcodecs. The final unshuffle is numpy's, one byte
+position at a time (numcodecs' holds the GIL; numpy's copies release it, and measured no slower); an
+unshuffle between other filters (a pipeline no common writer makes) is numcodecs'.
 
 Memory stays bounded: chunks are planned in groups of at most ``_PLAN_CHUNKS`` and at most
 :attr:`_Pace.held_bytes` stored bytes (fetched or in flight, not yet decoded) are held at once.
@@ -544,7 +553,8 @@ class _Numcodecs:
 
     def fletcher32_body(self, data: bytes | bytearray | memoryview) -> memoryview | None:
         try:  # HDF5's algorithm (H5_checksum_fletcher32), checksum little-endian at the end
-            return memoryview(self._fletcher32.decode(data))
+            # an ndarray goes through numcodecs' argument checks fastest (the GIL is held)
+            return memoryview(self._fletcher32.decode(np.frombuffer(data, np.uint8)))
         except RuntimeError:  # a mismatch: the caller's check says which (or the old form)
             return None
 
