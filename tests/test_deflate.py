@@ -21,6 +21,7 @@ from npystore.read import inflate
 from npystore.read.inflate import build_index, inflate_into, inflate_range
 from npystore.read.layout import DeflatedMember
 from npystore.read.slot import IndexSlot
+from npystore.read.stream import StreamInflater
 
 
 def _payload(n: int = 12_000_000, seed: int = 0) -> bytes:
@@ -142,12 +143,107 @@ def test_corrupt_stream_is_format_error(tmp_path: Path) -> None:
         inflate_into(open_reader(str(path)), member, memoryview(bytearray(len(data))))
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.binary(min_size=0, max_size=64), st.integers(0, 7))
-def test_shift_bits_is_a_bit_string_shift(data: bytes, shift: int) -> None:
-    as_int = int.from_bytes(data, "little")
-    expected = (as_int >> shift).to_bytes(len(data), "little") if data else b""
-    assert deflate.shift_bits(data, shift) == expected
+def _inflaters() -> list[Any]:
+    mods: list[Any] = [zlib]
+    for name in ("isal.isal_zlib", "zlib_ng.zlib_ng"):
+        try:
+            mods.append(__import__(name, fromlist=["_"]))
+        except ImportError:
+            continue
+    return mods
+
+
+def _fixed_block_then_stored(shift: int, stored: bytes) -> tuple[bytes, Checkpoint]:
+    """A fixed-Huffman block of literals ending at bit ``shift`` of a byte, then a stored
+    block of ``stored`` (byte-aligned, as deflate has it), then an empty final block; and the
+    checkpoint at the stored block."""
+    # 9-bit literals (144..255) and 8-bit ones (0..143): 3 + bits + 7 = 8 k + shift
+    n9 = next(n for n in range(8) if (10 + 9 * n) % 8 == shift)
+    literals = bytes(range(150, 150 + n9)) + b"\x20" * 8
+    bits: list[int] = [0, 1, 0]  # not final, fixed Huffman
+
+    def code(value: int, length: int) -> None:
+        bits.extend((value >> (length - 1 - i)) & 1 for i in range(length))
+
+    for b in literals:
+        if b < 144:
+            code(0x30 + b, 8)
+        else:
+            code(0x190 + b - 144, 9)
+    code(0, 7)  # end of block
+    start = len(bits)
+    assert start % 8 == shift
+    bits.extend([0, 0, 0])  # stored, not final
+    bits.extend([0] * (-len(bits) % 8))
+    head = bytearray((len(bits) + 7) // 8)
+    for i, bit in enumerate(bits):
+        head[i // 8] |= bit << (i % 8)
+    n = len(stored)
+    body = bytes(head) + n.to_bytes(2, "little") + (n ^ 0xFFFF).to_bytes(2, "little") + stored
+    body += b"\x03\x00"  # final fixed block, end of block
+    return body, Checkpoint(start, len(literals), literals)
+
+
+@pytest.mark.parametrize("shift", range(1, 8))
+def test_resume_before_a_stored_block_mid_byte(shift: int) -> None:
+    """A checkpoint within a byte followed by stored blocks (a flush's ``00 00 FF FF``, an
+    incompressible region): shifting the bytes misaligned the stored block ("invalid stored
+    block lengths"); the resume head keeps every byte boundary where the stream has it."""
+    stored = bytes(range(256)) * 3
+    stream, cp = _fixed_block_then_stored(shift, stored)
+    whole = zlib.decompress(stream, -15)
+    assert whole[cp.out_offset :] == stored
+    got = deflate.inflate_from(cp, stream[cp.bit_offset // 8 :], 5, len(stored) - 5)
+    assert got == stored[5:]
+    for mod in _inflaters():  # the head is empty blocks every implementation accepts
+        d = mod.decompressobj(wbits=-15, zdict=cp.window)
+        rest = d.decompress(deflate.resume_head(stream[cp.bit_offset // 8], shift))
+        rest += d.decompress(stream[cp.bit_offset // 8 + 1 :])
+        assert (rest, d.eof) == (stored, True), mod
+
+
+def _pieces_joined_by_full_flushes(data: bytes, pieces: int) -> bytes:
+    """What parallel compressors (pigz) write: pieces compressed alone, joined by full
+    flushes, the last finishing the stream."""
+    step = -(-len(data) // pieces)
+    out = []
+    for k in range(pieces):
+        c = zlib.compressobj(1, zlib.DEFLATED, -15)
+        last = k == pieces - 1
+        out.append(
+            c.compress(data[k * step : (k + 1) * step])
+            + c.flush(zlib.Z_FINISH if last else zlib.Z_FULL_FLUSH)
+        )
+    return b"".join(out)
+
+
+def test_pieces_joined_by_full_flushes_read_from_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 24 item 4: indexed_gzip puts a checkpoint at the empty stored block that joins
+    two pieces; resuming there failed with "invalid stored block lengths"."""
+    pytest.importorskip("indexed_gzip")
+    monkeypatch.setattr(inflate, "INDEX_SPACING", 2**18)
+    monkeypatch.setattr("npystore.read.index.INDEX_SPACING", 2**18)
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 2, 4 * (2**18 + 32), dtype=np.uint8).tobytes()
+    raw = _pieces_joined_by_full_flushes(data, 4)
+    path = tmp_path / "pigz.bin"
+    path.write_bytes(raw)
+    member = DeflatedMember("m.npy", 0, len(raw), len(data), zlib.crc32(data))
+    reader = open_reader(str(path))
+    with mock.patch.object(inflate, "index_builder_name", return_value="indexed_gzip"):
+        index = build_index(reader, member)
+    assert index is not None
+    aligned = [cp for cp in index.checkpoints if cp.out_offset % (2**18 + 32) == 0]
+    assert any(cp.bit_offset % 8 for cp in aligned[1:])  # a checkpoint within a byte
+    slot = IndexSlot(index)
+    for cp in index.checkpoints:
+        for at in (cp.out_offset, cp.out_offset + 7):
+            want = data[at : at + 100_000]
+            assert inflate_range(reader, member, slot, at, at + 100_000) == want
+            # the forwards stream of npz:// file objects resumes there too
+            assert StreamInflater(reader, member, slot).read(at, at + 100_000) == want
 
 
 @settings(max_examples=300, deadline=None)
@@ -181,3 +277,22 @@ def test_member_gzip_file_is_a_valid_gzip_stream(tmp_path: Path) -> None:
     with pytest.raises(io.UnsupportedOperation):
         gz.fileno()
     assert gzip.decompress(gz.read()) == data
+
+
+@pytest.mark.parametrize("index", [False, True])
+def test_output_held_back_at_a_call_limit_is_drained(tmp_path: Path, index: bool) -> None:
+    # numpy.savez_compressed of 4 MiB of zeros: ISA-L consumes the whole 4 KB stream in the
+    # call that stops at the 4 MiB output limit and holds the last 112 bytes back; reading
+    # stopped there ("deflate stream ended after 4194304 bytes") on a valid archive
+    import npystore
+
+    want = np.zeros(4 * 2**20 - 16, dtype=np.uint8)
+    want[-1] = 7
+    path = tmp_path / "zeros.npz"
+    np.savez_compressed(path, a=want)
+    np.testing.assert_array_equal(npystore.load(str(path))["a"], want)
+    z = npystore.open_npz(str(path), index_cache=False)
+    if index:
+        z.build_index("a")
+    np.testing.assert_array_equal(z["a"][-5:].compute(), want[-5:])
+    np.testing.assert_array_equal(z["a"].compute(), want)

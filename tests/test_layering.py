@@ -3,9 +3,10 @@
 The folders are the layers, and imports go one way, down:
 ``tools -> faces -> write -> files -> read -> fetch -> formats`` (``errors`` everywhere; the
 top-level ``__init__``, ``__main__``, ``api`` and ``virtualizarr`` above them all;
-``testing/`` beside).
+``codecs`` beside ``formats``: numcodecs codecs that peer tools load by entry point, which
+decode bytes with ``formats`` and import nothing else of npystore; ``testing/`` beside).
 
-- ``formats/`` is pure (no fsspec/dask/zarr/IO): stdlib, numpy, codecs (isal, zlib_ng),
+- ``formats/`` is pure (no fsspec/dask/zarr/IO): stdlib, numpy, codecs (isal, zlib_ng, deflate),
   scipy.sparse (lazily, for MATLAB sparse values) and npystore's errors/formats.
 - all IO goes through ``fetch/``: fsspec, s3fs, botocore, aiohttp are imported nowhere
   else (``testing/`` excepted, it builds servers for the tests and the demo; and
@@ -39,7 +40,12 @@ TOP = {
     "__main__.py": len(LAYERS),
     "api.py": len(LAYERS),
     "virtualizarr.py": len(LAYERS),  # the public path of the VirtualiZarr parser
+    # numcodecs codecs for peer tools (entry points): decoders beside formats, which faces
+    # may name; they import formats (and numcodecs, zarr) only
+    "codecs.py": LAYERS.index("formats"),
 }
+#: Modules above formats that decode bytes with its functions (codecs for peer tools).
+DECODERS = {"codecs.py"}
 H5PY = {"files/mat/hdf5.py", "files/mat/h5safe.py", "files/mat/v73.py", "read/h5decode.py"}
 FSSPEC_SUBCLASSES = {"faces/npzfs.py"}
 STDLIB = set(sys.stdlib_module_names)
@@ -108,7 +114,7 @@ def test_import_rules(path: Path) -> None:
     if rel.startswith("formats/"):
         # pure computation is allowed (no IO library): the fast inflaters, and scipy.sparse
         # for decoding MATLAB sparse matrices (imported lazily, only for sparse values)
-        allowed = STDLIB | {"numpy", "npystore", "isal", "zlib_ng", "scipy"}
+        allowed = STDLIB | {"numpy", "npystore", "isal", "zlib_ng", "deflate", "scipy"}
         assert roots <= allowed, f"{rel} imports {sorted(roots - allowed)}"
     if rel == "errors.py":
         assert not own, f"errors imports {sorted(own)}"
@@ -127,7 +133,7 @@ def test_import_rules(path: Path) -> None:
         if rel not in FSSPEC_SUBCLASSES:
             io_libraries.add("fsspec")
         assert not roots & io_libraries, f"{rel} does IO outside fetch/: {sorted(roots)}"
-    if rel.startswith(("faces/", "tools/")) or rel in TOP:
+    if rel.startswith(("faces/", "tools/")) or (rel in TOP and rel not in DECODERS):
         for module, names in _imported_names(path):
             if module == "npystore.formats" or module.startswith("npystore.formats."):
                 parsers = [n for n in names if not (n[0].isupper())]

@@ -100,15 +100,17 @@ def test_documents_made_from_templates_are_zarrs_own(tmp_path: Path) -> None:
         b=np.array([True, False]),
         c2=np.arange(12.0).reshape(3, 4) + 1,
     )
-    store = npystore.open_store(str(path))
     proto = default_buffer_prototype()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # zarr: the structured type has no v3 specification
-        for name in ("c", "f", "s", "e", "b", "c2", "c"):
-            node = store._nodes[name]
-            ours = store._metadata_bytes(name)
-            assert ours == _array_metadata(node).to_buffer_dict(proto)["zarr.json"].to_bytes()
-            assert json.loads(ours)["attributes"]["npystore"]["key"] == name
+    for indent in (2, None, 0, 4):  # zarr's json_indent (2 by default)
+        store = npystore.open_store(str(path))
+        with warnings.catch_warnings(), zarr.config.set({"json_indent": indent}):
+            warnings.simplefilter("ignore")  # zarr: the structured type has no v3 specification
+            for name in ("c", "f", "s", "e", "b", "c2", "c"):
+                node = store._nodes[name]
+                ours = store._metadata_bytes(name)
+                theirs = _array_metadata(node).to_buffer_dict(proto)["zarr.json"].to_bytes()
+                assert ours == theirs
+                assert json.loads(ours)["attributes"]["npystore"]["key"] == name
 
 
 @pytest.mark.slow

@@ -9,10 +9,13 @@ byte range maps to an element. A *checkpoint* records a point where a deflate bl
 ``window``      the (up to) 32 KiB of output preceding it: the back-references' dictionary
 ==============  =====================================================================
 
-Resuming at a checkpoint: take the compressed bytes from ``bit_offset // 8``, shift them right
-by ``bit_offset % 8`` bits so the block starts at bit 0, and inflate them as a raw stream with
-``zdict=window``. With checkpoints every few MiB of output, any range of the member costs one
-range read and a short inflate.
+Resuming at a checkpoint: take the compressed bytes from ``bit_offset // 8``, put in place of
+the ``bit_offset % 8`` bits before the block a run of empty deflate blocks exactly that many
+bits long modulo 8 (:func:`resume_head`), and inflate them as a raw stream with
+``zdict=window``. The block keeps its position within its byte, so every later stored block
+(an incompressible region, the ``00 00 FF FF`` of a flush) stays byte-aligned as the stream
+has it; shifting the bytes instead would misalign them. With checkpoints every few MiB of
+output, any range of the member costs one range read and a short inflate.
 
 Indexes come from a sequential pass; rapidgzip and indexed_gzip export them in the
 ``GZIDX`` format (over a gzip wrapper of the member), which :func:`parse_gzidx` reads::
@@ -33,7 +36,8 @@ A point's block starts ``bits`` bits before byte ``cmp_offset`` (zran's conventi
 bit offset is ``8 * cmp_offset - bits``, minus the gzip header for member-relative offsets.
 
 This module is pure: bytes in, values out. It inflates with ISA-L (``isal``) when installed,
-else zlib-ng, else the standard library's zlib.
+else zlib-ng, else the standard library's zlib. The blocks the writers deflate are
+:mod:`npystore.formats.deflate_write`'s.
 """
 
 from __future__ import annotations
@@ -47,8 +51,6 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Final
 
-import numpy as np
-
 from npystore.errors import FormatError
 
 __all__ = [
@@ -59,16 +61,15 @@ __all__ = [
     "Checkpoint",
     "DeflateIndex",
     "crc32",
-    "deflate_block",
     "gzip_trailer",
+    "inflate_chunk",
     "inflate_from",
     "inflate_from_into",
     "inflater_name",
-    "inflate_zlib_exact",
     "max_inflated_size",
     "parse_gzidx",
     "raw_decompressobj",
-    "shift_bits",
+    "resume_head",
 ]
 
 WINDOW_SIZE: Final = 32 * 1024
@@ -101,39 +102,6 @@ INFLATE_ERRORS: Final[tuple[type[BaseException], ...]] = (
     zlib.error,
     getattr(_INFLATER, "error", zlib.error),
 )
-
-
-def _pick_whole_inflater() -> tuple[Callable[[Any, int], bytearray] | None, type[Exception]]:
-    try:
-        import deflate  # noqa: PLC0415 - optional: libdeflate, for whole small streams
-    except ImportError:
-        return None, ValueError
-    decompress: Callable[[Any, int], bytearray] = deflate.zlib_decompress
-    error: type[Exception] = deflate.DeflateError
-    return decompress, error
-
-
-_WHOLE_INFLATER, _WHOLE_INFLATE_ERROR = _pick_whole_inflater()
-
-
-def inflate_zlib_exact(data: bytes | bytearray | memoryview, size: int) -> bytearray | None:
-    """A whole zlib stream inflated straight into one new buffer of ``size`` bytes, by
-    libdeflate (the ``deflate`` package, when installed), or None.
-
-    None means: libdeflate is not installed, or the stream is not one valid zlib stream
-    (Adler-32 checked) of exactly ``size`` bytes. The caller then inflates it with its own
-    streaming inflater (:func:`zlib_module`), which says what is wrong. libdeflate never
-    writes past ``size`` bytes: a stream that would give more is refused, not inflated.
-    It releases the GIL, and on small streams (HDF5 chunks of tens of KiB) it is measured
-    0-35% faster than ISA-L, which pays a fixed cost per stream.
-    """
-    if _WHOLE_INFLATER is None or size <= 0:
-        return None
-    try:
-        out = _WHOLE_INFLATER(data, size)
-    except _WHOLE_INFLATE_ERROR:
-        return None
-    return out if len(out) == size else None
 
 
 def max_inflated_size(compressed_size: int) -> int:
@@ -344,20 +312,57 @@ def parse_gzidx(
     return DeflateIndex(compressed_size, usize, tuple(cps))
 
 
-def shift_bits(data: bytes | memoryview, shift: int) -> bytes:
-    """``data`` as one little-endian bit string shifted right by ``shift`` (0..7) bits."""
-    return _shifted(data, shift).tobytes()
+#: Empty deflate blocks (no output, not final), as little-endian bit strings: a fixed-Huffman
+#: block (3 header bits, the 7-bit end-of-block code) ...
+_EMPTY_FIXED: Final = (0b10, 10)
+#: ... and a dynamic-Huffman one of an odd length: header ``0, 10``; HLIT 0, HDIST 0,
+#: HCLEN 14; code-length code 18:1, 1:2, 0:3, 17:3 bits; lengths: literal 0 one bit, 255
+#: zeros (18, 18, 17), end-of-block one bit, the one distance code unused; end-of-block.
+#: zlib, zlib-ng and ISA-L inflate both (tested).
+_EMPTY_DYNAMIC: Final = (0x168F9DFCA0000000000CB1C004, 101)
+#: For a block starting at bit ``s`` of its byte: how many of each make ``s`` bits mod 8.
+_PADDING: Final = {1: (1, 2), 2: (0, 1), 3: (1, 3), 4: (0, 2), 5: (1, 0), 6: (0, 3), 7: (1, 1)}
 
 
-def _shifted(data: bytes | memoryview, shift: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
-    if not 0 <= shift < 8:
-        raise ValueError(f"shift must be 0..7, got {shift}")
-    a = np.frombuffer(data, dtype=np.uint8)
-    if shift == 0:
-        return a
-    out = a >> np.uint8(shift)
-    out[:-1] |= (a[1:] << np.uint8(8 - shift)).astype(np.uint8)
-    return out
+def _padding_bits(shift: int) -> tuple[int, int]:
+    """A run of empty blocks ``(bits, length)`` whose length is ``shift`` modulo 8."""
+    dynamic, fixed = _PADDING[shift]
+    value, length = _EMPTY_DYNAMIC if dynamic else (0, 0)
+    for _ in range(fixed):
+        value |= _EMPTY_FIXED[0] << length
+        length += _EMPTY_FIXED[1]
+    return value, length
+
+
+_HEADS: Final = {s: _padding_bits(s) for s in range(1, 8)}
+
+
+def resume_head(first: int, shift: int) -> bytes:
+    """Bytes that replace the first byte of a resume at bit ``shift`` (1..7) of that byte.
+
+    ``first`` is the byte holding the block's first bit. The result is a run of empty
+    deflate blocks (no output) ending exactly at bit ``shift`` of its last byte, which is
+    ``first`` with its low ``shift`` bits (the previous block's tail) replaced: inflating
+    it followed by the compressed bytes after ``first`` resumes at the block with every
+    byte boundary of the stream where it was.
+    """
+    if not 1 <= shift <= 7:
+        raise ValueError(f"shift must be 1..7, got {shift}")
+    value, length = _HEADS[shift]
+    mask = (1 << shift) - 1
+    whole = (length - shift) // 8
+    last = (first & ~mask & 0xFF) | (value >> (8 * whole))
+    return value.to_bytes(whole + 1, "little")[:whole] + bytes([last])
+
+
+def _resume_pieces(compressed: bytes | memoryview, bit_offset: int) -> tuple[bytes, memoryview]:
+    """``(head, rest)`` to inflate, in order, for a resume at ``bit_offset`` whose byte is
+    ``compressed[0]`` (see :func:`resume_head`)."""
+    view = memoryview(compressed).cast("B")
+    shift = bit_offset % 8
+    if shift == 0 or not len(view):
+        return b"", view
+    return resume_head(view[0], shift), view[1:]
 
 
 #: Output produced per decompress call, and compressed input fed per call: bound the memory
@@ -394,9 +399,9 @@ def inflate_from_into(
     FormatError
         The stream is corrupt or ends before filling ``out``.
     """
-    data = memoryview(_shifted(compressed, checkpoint.bit_offset % 8).data)
+    head, data = _resume_pieces(compressed, checkpoint.bit_offset)
     try:
-        produced = _inflate_into(raw_decompressobj(checkpoint.window), data, skip, out)
+        produced = _inflate_into(raw_decompressobj(checkpoint.window), head, data, skip, out)
     except INFLATE_ERRORS as exc:
         if _INFLATER is zlib:
             raise FormatError(
@@ -405,7 +410,7 @@ def inflate_from_into(
         # ISA-L refuses some valid blocks when resuming mid-stream (seen with indexed_gzip
         # checkpoints that zlib resumes from): the standard library's zlib decides
         try:
-            produced = _inflate_into(_zlib_decompressobj(checkpoint.window), data, skip, out)
+            produced = _inflate_into(_zlib_decompressobj(checkpoint.window), head, data, skip, out)
         except zlib.error as exc2:
             raise FormatError(
                 f"{source}: corrupt deflate data after output byte {checkpoint.out_offset}: {exc2}"
@@ -423,20 +428,26 @@ def _zlib_decompressobj(zdict: bytes) -> Any:
     return zlib.decompressobj(wbits=-15, zdict=zdict) if zdict else zlib.decompressobj(wbits=-15)
 
 
-def _inflate_into(d: Any, data: memoryview, skip: int, out: memoryview) -> int:
-    """Inflate ``data`` with ``d``, writing output bytes ``[skip, skip + len(out))`` into
-    ``out``; return the number of bytes produced (less than wanted if the stream ended)."""
+def _inflate_into(d: Any, head: bytes, data: memoryview, skip: int, out: memoryview) -> int:
+    """Inflate ``head`` (empty blocks: no output) then ``data`` with ``d``, writing output
+    bytes ``[skip, skip + len(out))`` into ``out``; return the number of bytes produced (less
+    than wanted if the stream ended)."""
     want = skip + out.nbytes
     produced = 0
     fed = 0
+    if head:
+        d.decompress(head)  # empty blocks: no output
     tail: bytes | memoryview = b""
+    capped = False  # the last call stopped at its limit: it may hold output back
     while produced < want:
-        if not tail:
+        if not tail and not capped:
             if fed >= len(data) or d.eof:
                 break
             tail = data[fed : fed + _IN_PIECE]
             fed += len(tail)
-        chunk = d.decompress(tail, min(_OUT_PIECE, want - produced))
+        limit = min(_OUT_PIECE, want - produced)
+        chunk = d.decompress(tail, limit)
+        capped = len(chunk) == limit and not d.eof
         tail = d.unconsumed_tail
         lo, hi = max(produced, skip), min(produced + len(chunk), want)
         if hi > lo:
@@ -462,27 +473,61 @@ def inflate_from(
     return bytes(buf)
 
 
-#: ISA-L's compression level for written members (0-3; 2 is zlib's level-6 ratio on
-#: numeric data at several times its speed) and zlib's when ISA-L is not installed.
-ISAL_LEVEL: Final = 2
-ZLIB_LEVEL: Final = 6
+def inflate_chunk(data: bytes | memoryview, size: int, *, source: str = "<chunk>") -> bytes:
+    """A raw deflate stream that starts with an empty dictionary, inflated into at most
+    ``size`` bytes: one chunk of a reference to an independent deflate block.
 
+    The stream must produce exactly ``size`` bytes, or fewer only if it ends there (its last
+    block has BFINAL set: the member's last block, which holds the array's last, shorter
+    chunk). Every input byte must be consumed. Output is never allowed past ``size``: a
+    block cannot inflate into more memory than its chunk.
 
-def deflate_block(data: bytes | memoryview, *, final: bool) -> bytes:
-    """``data`` deflated as an independent block of a raw stream.
+    Parameters
+    ----------
+    data : bytes
+        The compressed block (whole deflate blocks, byte-aligned at both ends).
+    size : int
+        Bytes one chunk holds.
+    source : str
+        Name for error messages.
 
-    It starts with an empty dictionary and ends with a full flush (byte-aligned, the next
-    block needs nothing before it) or, when ``final``, with the end of the stream: blocks
-    made in any order and joined in order are one valid raw deflate stream.
+    Returns
+    -------
+    bytes
+        ``size`` bytes, or fewer at the end of the stream.
+
+    Raises
+    ------
+    FormatError
+        Corrupt data, output past ``size``, a stream cut short, or bytes after its end.
     """
-    c: Any
+    d = raw_decompressobj()
+    pieces: list[bytes] = []
+    produced = 0
+    tail: bytes | memoryview = data
     try:
-        from isal import isal_zlib  # noqa: PLC0415 - optional accelerator
-    except ImportError:
-        c = zlib.compressobj(ZLIB_LEVEL, zlib.DEFLATED, -15)
-        mode = zlib.Z_FINISH if final else zlib.Z_FULL_FLUSH
-    else:
-        c = isal_zlib.compressobj(ISAL_LEVEL, isal_zlib.DEFLATED, -15)
-        mode = isal_zlib.Z_FINISH if final else isal_zlib.Z_FULL_FLUSH
-    out: bytes = c.compress(data) + c.flush(mode)
+        while produced <= size and not d.eof:
+            piece: bytes = d.decompress(tail, size + 1 - produced)
+            tail = d.unconsumed_tail
+            if not piece:
+                break  # input used up, no output held back
+            pieces.append(piece)
+            produced += len(piece)
+    except INFLATE_ERRORS as exc:
+        raise FormatError(f"{source}: corrupt deflate data: {exc}") from None
+    out = b"".join(pieces)
+    if len(out) > size:
+        raise FormatError(
+            f"{source}: the deflate block inflates past {size} bytes, the size of one chunk"
+        )
+    if d.unconsumed_tail or d.unused_data:
+        raise FormatError(
+            f"{source}: the deflate block ends before its last "
+            f"{len(d.unconsumed_tail) + len(d.unused_data)} bytes (expected one block per chunk)"
+        )
+    if len(out) < size and not d.eof:
+        raise FormatError(
+            f"{source}: the deflate block inflates to {len(out)} bytes, not {size}, and does "
+            f"not end the stream (cut short?)"
+        )
     return out

@@ -47,20 +47,22 @@ chunks itself: every step but a final unshuffle (the first filter a writer appli
 the reader does into a buffer it reuses (:func:`unshuffle_into`), so that a chunk is inflated
 once, checked in place and unshuffled with no allocation. It inflates with ISA-L (``isal``)
 when installed, else zlib-ng, else the standard library's zlib. Shuffle and Fletcher-32 are undone
-here with numpy, or by faster kernels the caller passes (:class:`FilterKernels`: the read
-layer passes numcodecs' compiled Fletcher-32, see ``npystore.read.chunked``).
+here with numpy (unshuffling a byte position at a time: numpy's copies release the GIL and
+are as fast as numcodecs' compiled loop, which holds it); Fletcher-32 also by a faster kernel
+the caller passes (:class:`FilterKernels`: the read layer passes numcodecs', see
+``npystore.read.chunked``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 import numpy as np
 
 from npystore.errors import FormatError, UnsupportedError
-from npystore.formats.deflate import INFLATE_ERRORS, inflate_zlib_exact, zlib_module
+from npystore.formats.deflate import INFLATE_ERRORS, zlib_module
 
 __all__ = [
     "ChunkSteps",
@@ -74,6 +76,7 @@ __all__ = [
     "chunk_steps",
     "decode_chunk",
     "fletcher32",
+    "inflate_zlib_exact",
     "undo_steps",
     "unshuffle",
     "unshuffle_into",
@@ -117,6 +120,40 @@ _POSITIONS: Final = np.arange(_BLOCK_WORDS, dtype=np.float64)
 _ZLIB: Final = zlib_module()
 
 
+def _pick_whole_inflater() -> tuple[Callable[[Any, int], bytearray] | None, type[Exception]]:
+    try:
+        import deflate  # noqa: PLC0415 - optional: libdeflate, for whole chunks
+    except ImportError:
+        return None, ValueError
+    decompress: Callable[[Any, int], bytearray] = deflate.zlib_decompress
+    error: type[Exception] = deflate.DeflateError
+    return decompress, error
+
+
+_WHOLE_INFLATER, _WHOLE_INFLATE_ERROR = _pick_whole_inflater()
+
+
+def inflate_zlib_exact(data: bytes | bytearray | memoryview, size: int) -> bytearray | None:
+    """A whole zlib stream inflated straight into one new buffer of ``size`` bytes, by
+    libdeflate (the ``deflate`` package, when installed), or None.
+
+    None means: libdeflate is not installed, or the stream is not one valid zlib stream
+    (Adler-32 checked) of exactly ``size`` bytes. The caller then inflates it with the
+    streaming inflater (ISA-L's, as :func:`decode_chunk` does), which says what is wrong.
+    libdeflate never writes past ``size`` bytes: a stream that would give more is refused,
+    not inflated.
+    It releases the GIL, and on HDF5 chunks (streams of tens of KiB) it was measured as fast
+    as ISA-L on MATLAB's files and 28-35% faster on hdf5storage's (shuffled) ones.
+    """
+    if _WHOLE_INFLATER is None or size <= 0:
+        return None
+    try:
+        out = _WHOLE_INFLATER(data, size)
+    except _WHOLE_INFLATE_ERROR:
+        return None
+    return out if len(out) == size else None
+
+
 class FilterLike(Protocol):
     """A pipeline step as this module reads it (:class:`npystore.read.layout.Filter` is one)."""
 
@@ -134,15 +171,12 @@ class FilterLike(Protocol):
 
 
 class FilterKernels(Protocol):
-    """Faster implementations of two steps of :func:`decode_chunk`, given by the caller."""
+    """A faster Fletcher-32 check for :func:`decode_chunk`, given by the caller."""
 
     def fletcher32_body(self, data: _Bytes) -> _Bytes | None:
         """``data`` without its last 4 bytes when they are HDF5's Fletcher-32 of the rest
         (little-endian), else None (the check is then made by :func:`fletcher32`, which
         also knows the old byte-swapped form and names the sums in its message)."""
-
-    def unshuffle(self, data: _Bytes, element_size: int) -> _Bytes:
-        """:func:`unshuffle`'s result (``element_size >= 2``, at least 2 elements)."""
 
 
 def _name(filt: FilterLike) -> str:
@@ -378,8 +412,6 @@ def undo_steps(
             out = _check_fletcher32(out, source, kernels)
         elif fid == DEFLATE:
             out = _inflate(out, arg, source)
-        elif kernels is not None and arg > 1 and len(out) // arg > 1:
-            out = kernels.unshuffle(out, arg)
         else:
             out = unshuffle(out, arg)
     if len(out) != nbytes:
@@ -436,10 +468,6 @@ def decode_chunk(
     """
     steps = chunk_steps(filters, filter_mask, itemsize=itemsize, nbytes=nbytes, source=source)
     out = undo_steps(data, steps, nbytes=nbytes, source=source, kernels=kernels)
-    size = steps.shuffle
-    if size:
-        if kernels is not None and size > 1 and len(out) // size > 1:
-            out = kernels.unshuffle(out, size)
-        else:
-            out = unshuffle(out, size)
+    if steps.shuffle:
+        return unshuffle(out, steps.shuffle)
     return out if isinstance(out, bytes) else bytes(out)

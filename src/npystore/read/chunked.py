@@ -4,17 +4,14 @@
 as few range requests as the file allows: chunks whose bytes are neighbours share a range, and
 every range of a batch goes in one read (:meth:`~npystore.fetch.RangeReader.readinto_many`,
 or :meth:`~npystore.fetch.RangeReader.start_readinto` when there are several batches) into
-uninitialised buffers: no zero-fill, and no copy for local files. It then undoes each
-chunk's filters and copies the selected part of each chunk into one preallocated output
-array, on as many threads as there are CPUs (the calling thread one of them), each taking the
-next few chunks of the batch until none is left, so that a thread the machine slows down
-holds up no fixed share. A chunk is decoded with no intermediate copy
-(:func:`~npystore.formats.h5filters.chunk_steps`,
-:func:`~npystore.formats.h5filters.undo_steps`): its checksum checked where it was read,
-inflated once (into one buffer, by libdeflate when installed), unshuffled into a buffer its
-thread reuses (:func:`~npystore.formats.h5filters.unshuffle_into`), and copied into place.
-Inflating, unshuffling and the copies release the GIL; what holds it per chunk is a few
-microseconds of Python and the Fletcher-32 check.
+uninitialised buffers: no zero-fill, and no copy for local files. Each chunk's filters are
+undone and its selected part copied into one preallocated output, on one thread per CPU (the
+calling thread one of them), each taking the next few chunks until none is left (a thread the
+machine slows down holds up no fixed share). A chunk is checked where it was read, inflated
+once (into one buffer, by libdeflate when installed), unshuffled into a buffer its thread
+reuses and copied into place (:mod:`~npystore.formats.h5filters`' ``chunk_steps``,
+``undo_steps``, ``unshuffle_into``); all but a few microseconds of Python and the Fletcher-32
+check per chunk release the GIL.
 
 Batches are fetched while earlier ones decode, each decoded as soon as its bytes are in
 (:class:`_Pace` says how a read is cut and how much of it is held at once):
@@ -28,13 +25,11 @@ Batches are fetched while earlier ones decode, each decoded as soon as its bytes
 
 Chunks never written read as the fill value.
 
-Fletcher-32 is checked with numcodecs' compiled kernel (:class:`_Numcodecs`, measured
-1.5-5x faster than numpy's per chunk, with no threads of their own) once a read decodes at
-least :data:`FAST_FILTERS_MIN` bytes through it, or numcodecs is imported already; smaller
-reads use :mod:`npystore.formats.h5filters`' own (importing numcodecs costs more than it
-saves there), as does an install without numcodecs. The final unshuffle is numpy's, one byte
-position at a time (numcodecs' holds the GIL; numpy's copies release it, and measured no slower); an
-unshuffle between other filters (a pipeline no common writer makes) is numcodecs'.
+Fletcher-32 is checked with numcodecs' compiled kernel (:class:`_Numcodecs`, 1.5-5x faster
+than numpy's, no threads of its own) once a read decodes :data:`FAST_FILTERS_MIN` bytes or
+more through it, or numcodecs is imported already (importing it costs more than it saves on
+less); numpy's otherwise. The final unshuffle is numpy's, a byte position at a time
+(numcodecs' holds the GIL; numpy's copies do not, and are no slower).
 
 Memory stays bounded: chunks are planned in groups of at most ``_PLAN_CHUNKS`` and at most
 :attr:`_Pace.held_bytes` stored bytes (fetched or in flight, not yet decoded) are held at once.
@@ -58,7 +53,6 @@ from npystore.errors import FormatError, missing_dependency
 from npystore.fetch import RangeReader
 from npystore.formats.h5filters import (
     FLETCHER32,
-    SHUFFLE,
     ChunkSteps,
     FilterKernels,
     chunk_steps,
@@ -432,10 +426,8 @@ class _Reading:
             wait(running)  # no read may outlive the call (its buffers, its errors)
 
     def _decode_all(self, tasks: list[_Task]) -> None:
-        """Decode and place every chunk, on as many threads as there are CPUs (the calling
-        thread one of them): each takes the next few chunks not yet taken until none is
-        left, so a thread that is slowed down (a busy machine) holds up no share of the
-        work. Inflating and the copies into place release the GIL."""
+        """Decode and place every chunk, one thread per CPU (the calling thread one), each
+        taking the next few chunks until none is left."""
         n = min(_cpus(), len(tasks) // _POOL_MIN_CHUNKS)
         if n <= 1 or not any(self._active(t[1]) for t in tasks):
             self._decode_many(tasks, itertools.count(), len(tasks))
@@ -467,14 +459,9 @@ class _Reading:
                 for data, mask, pos in tasks[lo : lo + grain]:
                     decode(data, mask, pos)
         except BaseException:
-            self._failed(taken, total, grain)
+            while next(taken) * grain < total:  # the other threads stop: no grain is left
+                pass
             raise
-
-    @staticmethod
-    def _failed(taken: Iterator[int], total: int, grain: int) -> None:
-        """Let the other threads stop early: take every grain left."""
-        while next(taken) * grain < total:
-            pass
 
     def _decode_foreign(self, data: memoryview, mask: int, where: str) -> np.ndarray[Any, Any]:
         """A chunk whose pipeline holds a filter npystore does not undo: libhdf5 decodes it."""
@@ -503,19 +490,16 @@ class _Reading:
         """How chunks with filter mask ``mask`` are decoded (made once per mask)."""
         steps = self._steps.get(mask)
         if steps is None:
-            steps = self._steps[mask] = chunk_steps(
-                self.storage.filters,
-                mask,
-                itemsize=self.layout.dtype.itemsize,
-                nbytes=self.chunk_nbytes,
-                source=where,
+            size = self.layout.dtype.itemsize
+            steps = chunk_steps(
+                self.storage.filters, mask, itemsize=size, nbytes=self.chunk_nbytes, source=where
             )
+            self._steps[mask] = steps
         return steps
 
     def _decode_one(self, data: memoryview, mask: int, pos: tuple[int, ...]) -> None:
-        """Undo one chunk's filters and copy the selected part into the output: the stored
-        bytes are checked in place and inflated once; a final unshuffle goes into the
-        thread's own buffer (no allocation), from which the part is copied into place."""
+        """Undo one chunk's filters (a final unshuffle into the thread's own buffer) and copy
+        the selected part into the output."""
         where = f"{self.source}: chunk {self._grid_index(pos)}"
         out_sl, local_sl = self._slices(pos)
         if self.foreign and self._active(mask):
@@ -529,10 +513,8 @@ class _Reading:
             )
         decoded = undo_steps(data, steps, nbytes=nbytes, source=where, kernels=self.kernels)
         if steps.shuffle:
-            scratch: np.ndarray[Any, np.dtype[np.uint8]] | None = getattr(
-                self._local, "scratch", None
-            )
-            if scratch is None:
+            scratch: np.ndarray[Any, np.dtype[np.uint8]] | None
+            if (scratch := getattr(self._local, "scratch", None)) is None:
                 scratch = self._local.scratch = np.empty(nbytes, dtype=np.uint8)
             unshuffle_into(decoded, steps.shuffle, scratch)
             decoded = memoryview(scratch.data)
@@ -544,12 +526,11 @@ class _Reading:
 
 
 class _Numcodecs:
-    """numcodecs' compiled Fletcher-32 and unshuffle, as
-    :class:`~npystore.formats.h5filters.FilterKernels` (the same results as numpy's)."""
+    """numcodecs' compiled Fletcher-32, as :class:`~npystore.formats.h5filters.FilterKernels`
+    (the same results as numpy's)."""
 
-    def __init__(self, fletcher32: Any, shuffle: Any) -> None:
+    def __init__(self, fletcher32: Any) -> None:
         self._fletcher32 = fletcher32()
-        self._shuffle = shuffle
 
     def fletcher32_body(self, data: bytes | bytearray | memoryview) -> memoryview | None:
         try:  # HDF5's algorithm (H5_checksum_fletcher32), checksum little-endian at the end
@@ -558,28 +539,20 @@ class _Numcodecs:
         except RuntimeError:  # a mismatch: the caller's check says which (or the old form)
             return None
 
-    def unshuffle(self, data: bytes | bytearray | memoryview, element_size: int) -> memoryview:
-        raw = np.frombuffer(data, np.uint8)
-        whole = raw.size // element_size * element_size
-        out = np.empty(raw.size, np.uint8)
-        self._shuffle(element_size).decode(raw[:whole], out=out[:whole])
-        out[whole:] = raw[whole:]  # trailing bytes of no whole element: as they are
-        return memoryview(out.data)
-
 
 def _kernels(storage: ChunkedExtent, decoded: int) -> FilterKernels | None:
-    """numcodecs' kernels for a read decoding ``decoded`` bytes of ``storage``'s chunks, or
-    None: no shuffle or Fletcher-32 in its pipeline, a read too small to repay importing
-    numcodecs (unless it is imported already), or numcodecs not installed."""
-    if not any(int(f.id) in (SHUFFLE, FLETCHER32) for f in storage.filters):
+    """numcodecs' Fletcher-32 for a read decoding ``decoded`` bytes of ``storage``'s chunks,
+    or None: no Fletcher-32 in its pipeline, a read too small to repay importing numcodecs
+    (unless it is imported already), or numcodecs not installed."""
+    if not any(int(f.id) == FLETCHER32 for f in storage.filters):
         return None
     if decoded < FAST_FILTERS_MIN and "numcodecs" not in sys.modules:
         return None
     try:
-        from numcodecs import Fletcher32, Shuffle  # noqa: PLC0415 - costly import
+        from numcodecs import Fletcher32  # noqa: PLC0415 - costly import
     except ImportError:
         return None
-    return _Numcodecs(Fletcher32, Shuffle)
+    return _Numcodecs(Fletcher32)
 
 
 def _merge(

@@ -3,7 +3,8 @@
 - :func:`inflate_into` inflates a whole member in one sequential pass (ISA-L when
   installed) straight into a caller's buffer, checking the CRC-32.
 - :func:`inflate_range_into` / :func:`inflate_range` give output ``[start, stop)``: from the
-  archive's own block index when it has one (each block checked); else from the member's
+  archive's own block index when it has one and every block up to the range passes its
+  check (:mod:`npystore.read.blocks`); else from the member's
   checkpoint index (:mod:`npystore.read.index`: one range read and a short inflate from
   the nearest checkpoint); for a first compute of a member with no index, from the member
   inflated whole once and kept until read; else a sequential pass from the start that
@@ -15,17 +16,21 @@ All bytes are read through :class:`~npystore.fetch.RangeReader`.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import numpy as np
 
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader
+from npystore.fetch.cache import entry_name
 from npystore.formats import deflate
 from npystore.formats.deflate import DeflateIndex
 from npystore.read import memo
+from npystore.read.blocks import read_blocks
+from npystore.read.crccheck import CrcLedger
 from npystore.read.index import (
     INDEX_SPACING,
+    CachedIndex,
     MemberGzipFile,
     build_and_cache_index,
     build_in_background,
@@ -34,15 +39,13 @@ from npystore.read.index import (
     index_builder_name,
     index_cache_path,
     load_cached_index,
+    rebuild_index,
     wait_for_background,
 )
 from npystore.read.layout import DeflatedMember
 from npystore.read.memo import MEMO_MEMBER, compressed_range
 from npystore.read.sequential import STREAM_BLOCK, check_full_pass, stream
 from npystore.read.slot import IndexSlot
-
-if TYPE_CHECKING:
-    from npystore.formats.zipdir import BlockIndex  # zipdir loads only for archives
 
 __all__ = [
     # re-exported from npystore.read.index (their home since it was split from here)
@@ -67,8 +70,11 @@ HEAD_FRACTION: Final = 8
 #: a few milliseconds) rather than indexed.
 SMALL_MEMBER: Final = STREAM_BLOCK
 #: Members inflating to at most this many bytes are inflated whole, and kept until read, when
-#: a chunk read finds no index (see :func:`_index_or_whole`).
+#: a chunk read of a compute finds no index (see :func:`_index_or_whole`).
 KEEP_MEMBER: Final = 256 * 2**20
+#: A read counts as a chunk of a compute of the whole member (which keeps the member
+#: inflated) when it asks for at least 1/KEEP_SHARE of it; a smaller slice builds the index.
+KEEP_SHARE: Final = 64
 #: A pass from the start that stops at most this many bytes before the member's end goes on
 #: to the end, so that it checks the CRC-32 (bytes some writers leave after the array data).
 TAIL: Final = 64 * 2**10
@@ -93,16 +99,20 @@ def inflate_into(
 
 
 def _index_or_whole(
-    reader: RangeReader, member: DeflatedMember, slot: IndexSlot
+    reader: RangeReader, member: DeflatedMember, slot: IndexSlot, want: int
 ) -> DeflateIndex | None:
-    """What a chunk read of a member with no index yet in this process uses: the index from
-    the cache, else for a member of at most :data:`KEEP_MEMBER` bytes (whose compressed
-    bytes :mod:`npystore.read.memo` keeps) the whole member inflated once and kept until
-    its bytes have been read (``None``; the index is then built in the background and
-    cached, for later processes), else the index built now.
+    """What a read of ``want`` bytes of a member with no index yet in this process uses: the
+    index from the cache; else, for a read that looks like a chunk of a compute of the whole
+    member (at least 1/:data:`KEEP_SHARE` of it) of a member of at most :data:`KEEP_MEMBER`
+    bytes (whose compressed bytes :mod:`npystore.read.memo` keeps), when the keep budget
+    has room for it (:func:`npystore.read.memo.reserve`, counting members being inflated by
+    other threads), the whole member inflated once and kept until its bytes have been read
+    (``None``; the index is then built in the background and cached, for later processes);
+    else the index built now.
 
     A dask compute of a member with no index would otherwise pass over it twice: once to
-    build the index, once more, chunk by chunk, from its checkpoints.
+    build the index, once more, chunk by chunk, from its checkpoints. A small slice does not
+    keep the member: it would hold the whole member after returning a few bytes.
     """
     if slot.inflated() is not None:  # another chunk's call kept it
         return None
@@ -110,10 +120,19 @@ def _index_or_whole(
     if cached is not None:
         return cached
     size = member.uncompressed_size
-    if size > KEEP_MEMBER or member.compressed_size > MEMO_MEMBER or not memo.make_room(size):
+    if (
+        size > KEEP_MEMBER
+        or want * KEEP_SHARE < size
+        or member.compressed_size > MEMO_MEMBER
+        or not memo.reserve(slot, size)
+    ):
         return build_and_cache_index(reader, member, slot.cache_dir)  # (nothing cached)
-    whole = memoryview(np.empty(size, np.uint8).data)  # not zero-filled: all is written
-    inflate_into(reader, member, whole)  # checks the CRC-32
+    try:
+        whole = memoryview(np.empty(size, np.uint8).data)  # not zero-filled: all is written
+        inflate_into(reader, member, whole)  # checks the CRC-32
+    except BaseException:
+        memo.release(slot)
+        raise
     slot.keep(whole, until_read=True)
     memo.held(slot, size)
     build_in_background(reader, member, slot)
@@ -125,8 +144,9 @@ def inflate_range_into(
 ) -> None:
     """Fill ``out`` with uncompressed bytes ``[start, start + len(out))`` of a member.
 
-    Uses the member's index: from the cache, else for a member of at most
-    :data:`KEEP_MEMBER` bytes the member is inflated whole once and kept until read (the
+    Uses the member's index: from the cache, else for a chunk of a compute (at least
+    1/:data:`KEEP_SHARE` of the member) of a member of at most :data:`KEEP_MEMBER` bytes,
+    within the keep budget, the member is inflated whole once and kept until read (the
     index built in the background, for later processes), else the index is built first
     (once per process) if an index builder is installed; without one, for a small member
     (:data:`SMALL_MEMBER`), or for a range in the first ``1 / HEAD_FRACTION`` of a member
@@ -150,8 +170,7 @@ def inflate_range_into(
         return
     if slot.serve(start, out):
         return
-    if member.blocks is not None:
-        _inflate_blocks(reader, member, member.blocks, start, out)
+    if member.blocks is not None and read_blocks(reader, member, slot, start, out):
         return
     if member.compressed_size <= SMALL_MEMBER or (
         slot.get() is None and stop <= member.uncompressed_size // HEAD_FRACTION
@@ -160,19 +179,33 @@ def inflate_range_into(
         # inflate from the start than to index first (an index is a whole pass)
         index = slot.get()
     else:
-        index = slot.ensure(functools.partial(_index_or_whole, reader, member, slot))
+        index = slot.ensure(functools.partial(_index_or_whole, reader, member, slot, out.nbytes))
         if index is None and slot.serve(start, out):
             return
     if index is None:
-        # a pass that ends near the member's end goes on to it, and checks the checksum
-        sums = stream(reader, member, out, start, to_end=member.uncompressed_size - stop <= TAIL)
-        if sums is not None:
-            crc, adler = sums
-            check_full_pass(
-                f"{reader.url}:{member.name}", member, member.uncompressed_size, crc, adler
-            )
+        _from_start(reader, member, start, out)
         return
-    checkpoint, byte_start, byte_stop = index.locate(start, stop)
+    if isinstance(index, CachedIndex):
+        _from_cached_index(reader, member, slot, index, start, out)
+    else:
+        _from_checkpoint(reader, member, index, start, out)
+
+
+def _from_start(reader: RangeReader, member: DeflatedMember, start: int, out: memoryview) -> None:
+    """Output ``[start, start + len(out))`` from a pass from the member's start; a pass that
+    ends near the member's end goes on to it, and checks the checksum."""
+    stop = start + out.nbytes
+    sums = stream(reader, member, out, start, to_end=member.uncompressed_size - stop <= TAIL)
+    if sums is not None:
+        crc, adler = sums
+        check_full_pass(f"{reader.url}:{member.name}", member, member.uncompressed_size, crc, adler)
+
+
+def _from_checkpoint(
+    reader: RangeReader, member: DeflatedMember, index: DeflateIndex, start: int, out: memoryview
+) -> None:
+    """Output ``[start, start + len(out))`` inflated from the index's checkpoint before it."""
+    checkpoint, byte_start, byte_stop = index.locate(start, start + out.nbytes)
     compressed = compressed_range(reader, member, byte_start, byte_stop, read_ahead=True)
     deflate.inflate_from_into(
         checkpoint,
@@ -183,43 +216,68 @@ def inflate_range_into(
     )
 
 
-def _inflate_blocks(
-    reader: RangeReader, member: DeflatedMember, blocks: BlockIndex, start: int, out: memoryview
+def _from_cached_index(
+    reader: RangeReader,
+    member: DeflatedMember,
+    slot: IndexSlot,
+    index: CachedIndex,
+    start: int,
+    out: memoryview,
 ) -> None:
-    """Output ``[start, start + len(out))`` from the member's independent blocks: one range
-    read of the blocks holding it, each inflated without a dictionary and checked against
-    the block index (its size, its compressed bytes consumed exactly, its CRC-32): an index
-    that does not describe the stream raises :class:`FormatError`, never returns other
-    bytes."""
+    """:func:`_from_checkpoint` through an index read from the index cache, which is
+    trusted only as far as it is checked (see :class:`~npystore.read.index.CachedIndex`):
+
+    - a resume that fails (corrupt deflate data, a wrong size) is the entry's fault until
+      proven otherwise: the entry is removed and the index rebuilt in one checked pass
+      (which raises the member's own error if the member is corrupt), then the range is read
+      again through the new index;
+    - the output is recorded in a CRC-32 ledger of the member's output (the npy header,
+      which no array read covers, is inflated from the member's start once everything
+      else is recorded): a read that completes the member compares it with the member's
+      CRC-32. A mismatch means earlier reads may have returned wrong bytes: the entry is
+      removed, the index rebuilt, and :class:`~npystore.errors.FormatError` names the
+      entry (never the archive, when its rebuild passes).
+    """
     source = f"{reader.url}:{member.name}"
-    stop = start + out.nbytes
-    i, j = blocks.span(start, stop)
-    coff, uoff = blocks.coffsets, blocks.uoffsets
-    compressed = memoryview(compressed_range(reader, member, coff[i], coff[j]))
-    last = len(blocks.usizes) - 1
-    for k in range(i, j):
-        piece = compressed[coff[k] - coff[i] : coff[k + 1] - coff[i]]
-        d = deflate.raw_decompressobj()
-        try:
-            data = d.decompress(piece, blocks.usizes[k] + 1)
-        except deflate.INFLATE_ERRORS as exc:
-            raise FormatError(
-                f"{source}: deflate block {k} (compressed bytes {coff[k]}..{coff[k + 1]}) does "
-                f"not inflate on its own as the archive's block index says: {exc}"
-            ) from None
-        consumed = not d.unconsumed_tail and not d.unused_data
-        if len(data) != blocks.usizes[k] or not consumed or d.eof != (k == last):
-            raise FormatError(
-                f"{source}: deflate block {k} inflates to {len(data)} bytes (the block index "
-                f"says {blocks.usizes[k]}) or does not end where the index says"
-            )
-        if deflate.crc32(data) != blocks.crcs[k]:
-            raise FormatError(
-                f"{source}: CRC-32 of deflate block {k} is {deflate.crc32(data):08x}, the "
-                f"block index says {blocks.crcs[k]:08x}"
-            )
-        lo, hi = max(start, uoff[k]), min(stop, uoff[k + 1])
-        out[lo - start : hi - start] = memoryview(data)[lo - uoff[k] : hi - uoff[k]]
+    try:
+        _from_checkpoint(reader, member, index, start, out)
+    except FormatError as exc:
+        fresh = rebuild_index(reader, member, slot, index, f"resuming from it failed: {exc}")
+        if fresh is None:  # no index builder: from the member's start
+            _from_start(reader, member, start, out)
+        elif isinstance(fresh, CachedIndex):  # another process cached it meanwhile
+            _from_cached_index(reader, member, slot, fresh, start, out)
+        else:
+            _from_checkpoint(reader, member, fresh, start, out)
+        return
+    if member.crc32 is None:
+        return
+
+    def make() -> CrcLedger:
+        size = member.uncompressed_size
+        return CrcLedger(source, 0, size, member.crc32 or 0, 0, 0, size)
+
+    def head(lo: int, hi: int) -> bytes:
+        buf = bytearray(hi - lo)
+        _from_checkpoint(reader, member, index, lo, memoryview(buf))
+        return bytes(buf)
+
+    ledger = slot.ledger(index, make)
+    if ledger is None:  # replaced meanwhile: the read that found it wrong raises
+        return
+    try:
+        ledger.record(start, out, head)
+    except FormatError as exc:
+        fresh = rebuild_index(reader, member, slot, index, f"the output read through it: {exc}")
+        if fresh is None:  # no index builder checked the member: one pass does
+            _from_start(reader, member, member.uncompressed_size, memoryview(b""))
+        raise FormatError(
+            f"{source}: the bytes read through the checkpoint index from the index cache "
+            f"(entry {entry_name(index.key)} in {index.cache_dir}) do not make the member's "
+            f"CRC-32, while the member itself is valid: the entry was wrong (damaged or "
+            f"planted despite its checksum), so arrays read through it may be wrong too; it "
+            f"was removed and the index rebuilt: read them again"
+        ) from None
 
 
 def inflate_range(

@@ -46,6 +46,7 @@ __all__ = [
     "Storage",
     "contiguous_chunks",
     "full_selection",
+    "largest_divisor",
     "plan_reads",
     "storage_token",
 ]
@@ -82,10 +83,24 @@ class PickledExtent:
 class Unpickle:
     """How an object array's pickle is loaded: :func:`pickle.loads`' ``encoding`` and
     ``fix_imports``, as ``numpy.load`` takes them (``"latin1"`` reads Python 2 pickles of
-    numpy arrays). Its presence on a layout is the caller's ``allow_pickle=True``."""
+    numpy arrays). Its presence on a layout is the caller's ``allow_pickle=True``.
+
+    Raises
+    ------
+    ValueError
+        An ``encoding`` other than ``"ASCII"``, ``"latin1"`` or ``"bytes"`` (numpy.load's
+        rule: other encodings could decode a pickle's byte strings into wrong text).
+    """
 
     encoding: str = "ASCII"
     fix_imports: bool = True
+
+    def __post_init__(self) -> None:
+        if self.encoding not in ("ASCII", "latin1", "bytes"):
+            raise ValueError(
+                f"encoding must be 'ASCII', 'latin1', or 'bytes' (as numpy.load requires), "
+                f"not {self.encoding!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -538,6 +553,25 @@ def contiguous_chunks(
                 sizes[e] = 1
             break
     return tuple(_blocks(n, size) for n, size in zip(shape, sizes, strict=True))
+
+
+def largest_divisor(n: int, limit: int) -> int:
+    """The largest divisor of ``n`` (> 0) that is at most ``limit`` (1 when none is larger).
+
+    >>> largest_divisor(354, 170), largest_divisor(1_000_003, 1000)
+    (118, 1)
+    """
+    best = 1
+    root = math.isqrt(n)
+    step = 1 << 20
+    for start in range(1, root + 1, step):
+        i = np.arange(start, min(start + step, root + 1), dtype=np.int64)
+        hits = i[n % i == 0]
+        for d in hits.tolist():
+            for cand in (d, n // d):
+                if best < cand <= limit:
+                    best = cand
+    return best
 
 
 def _blocks(n: int, size: int) -> tuple[int, ...]:

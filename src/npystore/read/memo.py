@@ -26,11 +26,15 @@ flight on both sides of the run of grains around it, in the background, so the n
 tasks find their bytes here whichever way the scheduler goes. A read of one range alone
 never reads ahead; a scan that stops leaves at most the two windows fetched and unused.
 
-Members are kept per object identity (:attr:`~npystore.fetch.RangeReader.token`: a
-changed object is a different key) in a least-recently-used registry bounded by
-:data:`MEMO_BUDGET` bytes; nothing here is pickled (a dask worker keeps its own). A failed
-fetch marks its grains missing again: the read that needs them fetches them again and
-raises the error itself (a failed read-ahead costs nothing else).
+Members are kept per object identity (:attr:`~npystore.fetch.RangeReader.token`) and
+member (offset, compressed size, CRC-32): a changed object is a different key, since a local
+file's identity holds its device, inode, size, ``mtime_ns`` and ``ctime_ns``, a remote
+object's its ETag or version, and an identity without a strong version marker (an http
+server without ETags) a token of its open, so that every new open of such an object reads
+its bytes anew (see :mod:`npystore.fetch.identity`). The registry is least recently used,
+bounded by :data:`MEMO_BUDGET` bytes; nothing here is pickled (a dask worker keeps its
+own). A failed fetch marks its grains missing again: the read that needs them fetches them
+again and raises the error itself (a failed read-ahead costs nothing else).
 """
 
 from __future__ import annotations
@@ -59,7 +63,9 @@ __all__ = [
     "compressed_range",
     "forget",
     "held",
-    "make_room",
+    "kept_bytes",
+    "release",
+    "reserve",
 ]
 
 #: Members with at most this many compressed bytes have their compressed bytes kept.
@@ -158,7 +164,7 @@ _registry_lock = threading.Lock()
 
 
 def _kept(reader: RangeReader, member: DeflatedMember) -> _Kept:
-    key = (reader.token, member.offset, member.compressed_size)
+    key = (reader.token, member.offset, member.compressed_size, member.crc32)
     with _registry_lock:
         found = _registry.get(key)
         if found is not None:
@@ -240,35 +246,62 @@ def compressed_range(
 
 
 #: Most inflated bytes of whole members kept for chunk reads in one process
-#: (:meth:`~npystore.read.layout.IndexSlot.keep` with ``until_read``).
+#: (:meth:`~npystore.read.slot.IndexSlot.keep` with ``until_read``), counting the members
+#: being inflated to be kept (:func:`reserve`).
 KEEP_BUDGET: Final = 256 * 2**20
 
 _held: OrderedDict[int, tuple[weakref.ref[IndexSlot], int]] = OrderedDict()
+#: Members being inflated whole to be kept: ``id(slot)`` -> bytes reserved.
+_reserved: dict[int, int] = {}
 
 
-def make_room(nbytes: int) -> bool:
-    """Make room for ``nbytes`` more inflated bytes within :data:`KEEP_BUDGET`, dropping
-    the oldest kept members; False when ``nbytes`` alone is over the budget."""
+def reserve(slot: IndexSlot, nbytes: int) -> bool:
+    """Reserve ``nbytes`` of :data:`KEEP_BUDGET` for ``slot``'s member, about to be inflated
+    whole and kept; False when there is no room (the caller takes a bounded path).
+
+    What counts against the budget: the members kept (the least recently kept are dropped
+    to make room) and the reservations of members still being inflated (never dropped),
+    so the budget holds whatever the number of threads. :func:`held` turns the reservation
+    into a kept member, :func:`release` gives it back.
+    """
     if nbytes > KEEP_BUDGET:
         return False
     with _registry_lock:
         live = [(k, ref, n) for k, (ref, n) in _held.items() if _holds(ref)]
         _held.clear()
         _held.update((k, (ref, n)) for k, ref, n in live)
-        total = sum(n for _, _, n in live)
+        total = sum(n for _, _, n in live) + sum(_reserved.values())
         while _held and total + nbytes > KEEP_BUDGET:
             _, (ref, n) = _held.popitem(last=False)
-            slot = ref()
-            if slot is not None:
-                slot.drop()
+            kept = ref()
+            if kept is not None:
+                kept.drop()
             total -= n
+        if total + nbytes > KEEP_BUDGET:
+            return False
+        _reserved[id(slot)] = _reserved.get(id(slot), 0) + nbytes
     return True
 
 
-def held(slot: IndexSlot, nbytes: int) -> None:
-    """Count ``slot``'s kept inflated bytes against :data:`KEEP_BUDGET`."""
+def release(slot: IndexSlot) -> None:
+    """Give back ``slot``'s reservation (its inflate failed or was not kept)."""
     with _registry_lock:
+        _reserved.pop(id(slot), None)
+
+
+def held(slot: IndexSlot, nbytes: int) -> None:
+    """Count ``slot``'s kept inflated bytes against :data:`KEEP_BUDGET` (in place of its
+    reservation)."""
+    with _registry_lock:
+        _reserved.pop(id(slot), None)
         _held[id(slot)] = (weakref.ref(slot), nbytes)
+
+
+def kept_bytes() -> int:
+    """Inflated bytes kept and reserved now (what :data:`KEEP_BUDGET` bounds)."""
+    with _registry_lock:
+        kept = sum(n for ref, n in _held.values() if _holds(ref))
+        return kept + sum(_reserved.values())
 
 
 def _holds(ref: weakref.ref[IndexSlot]) -> bool:

@@ -160,7 +160,7 @@ def stream(
     )
     for piece in _sliced(pieces):
         data: bytes | memoryview = piece
-        while data:
+        while True:
             # one byte more than the declared size reveals a stream that inflates to more
             limit = min(_OUTPUT_CAP, (size if whole else want) - produced + 1)
             try:
@@ -183,8 +183,8 @@ def stream(
             produced += len(chunk)
             if not whole and produced >= want:
                 return None
-            if not chunk:
-                break
+            if not chunk or (not data and (len(chunk) < limit or d.eof)):
+                break  # input used up; a call that stopped at the limit may hold output back
     need = size if whole else want
     if produced < need:
         raise FormatError(f"{source}: deflate stream ended after {produced} bytes, expected {need}")

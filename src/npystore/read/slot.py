@@ -10,11 +10,20 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol, TypeVar
 
 from npystore.formats.deflate import DeflateIndex
+from npystore.read.crccheck import CrcLedger
 
 __all__ = ["UNREAD_SLACK", "IndexSlot"]
+
+
+class _Chain(Protocol):
+    @property
+    def checked(self) -> int: ...
+
+
+_C = TypeVar("_C", bound=_Chain)
 
 
 #: Bytes of a member kept ``until_read`` that may stay unread when it is released (its npy
@@ -25,13 +34,22 @@ UNREAD_SLACK: Final = 64 * 2**10
 class IndexSlot:
     """A member's checkpoint index: empty until built, built at most once per process.
 
-    Pickles with its current content (an index built on the client travels with the graph);
-    the lock does not travel, nor does a member's inflated bytes kept in this process
+    Pickles with its current content (an index built on the client travels with the graph,
+    as does how many pieces of a block index passed their check, :meth:`block_chain`); the
+    lock does not travel, nor does a member's inflated bytes kept in this process
     (:meth:`keep`): a graph stays small, and a worker inflates what it reads itself.
     """
 
-    def __init__(self, index: DeflateIndex | None = None, cache_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        index: DeflateIndex | None = None,
+        cache_dir: str | None = None,
+        blocks_checked: int = 0,
+    ) -> None:
         self._index = index
+        self._blocks_checked = blocks_checked
+        self._chain: Any = None
+        self._chain_lock = threading.Lock()
         #: Local directory where indexes are kept between processes and sessions (or None).
         self.cache_dir = cache_dir
         self._lock = threading.Lock()
@@ -39,6 +57,8 @@ class IndexSlot:
         #: With ``until_read``: output bytes still to be served before the kept bytes go.
         self._unread: int | None = None
         self._unread_lock = threading.Lock()  # not ``_lock``: an index build holds that
+        #: The CRC-32 ledger of the output read through an index, with that index.
+        self._ledger: tuple[DeflateIndex, CrcLedger] | None = None
 
     def keep(self, inflated: bytes | bytearray | memoryview, *, until_read: bool = False) -> None:
         """Keep the whole member's inflated (and checked) bytes for reads in this process;
@@ -70,8 +90,19 @@ class IndexSlot:
         """Forget the kept output (memory budget)."""
         self._inflated = self._unread = None
 
+    def block_chain(self, make: Callable[[int], _C]) -> _C:
+        """The member's block chain (:class:`npystore.read.blocks.BlockChain`), made once
+        by ``make(pieces already checked)``."""
+        with self._chain_lock:
+            if self._chain is None:
+                self._chain = make(self._blocks_checked)
+            chain: _C = self._chain
+            return chain
+
     def __reduce__(self) -> tuple[Callable[..., IndexSlot], tuple[Any, ...]]:
-        return (IndexSlot, (self._index, self.cache_dir))
+        chain = self._chain
+        checked = self._blocks_checked if chain is None else chain.checked
+        return (IndexSlot, (self._index, self.cache_dir, checked))
 
     def __repr__(self) -> str:
         state = "empty" if self._index is None else f"{len(self._index.checkpoints)} checkpoints"
@@ -93,3 +124,23 @@ class IndexSlot:
     def set(self, index: DeflateIndex) -> None:
         """Install an index (built elsewhere or read from a cache)."""
         self._index = index
+
+    def replace(
+        self, old: DeflateIndex, build: Callable[[], DeflateIndex | None]
+    ) -> DeflateIndex | None:
+        """Replace ``old`` (found wrong) with what ``build`` returns, unless another thread
+        replaced it already; return the index the slot holds then."""
+        with self._lock:
+            if self._index is old:
+                self._index = build()
+            return self._index
+
+    def ledger(self, index: DeflateIndex, make: Callable[[], CrcLedger]) -> CrcLedger | None:
+        """The CRC-32 ledger of the output read through ``index`` (made by ``make`` on first
+        use); None when the slot no longer holds ``index`` (it was replaced)."""
+        with self._unread_lock:
+            if self._index is not index:
+                return None
+            if self._ledger is None or self._ledger[0] is not index:
+                self._ledger = (index, make())
+            return self._ledger[1]

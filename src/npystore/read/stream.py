@@ -15,6 +15,7 @@ from npystore.errors import FormatError
 from npystore.fetch import RangeReader
 from npystore.formats import deflate
 from npystore.formats.deflate import Checkpoint, DeflateIndex
+from npystore.read.index import CachedIndex, rebuild_index
 from npystore.read.layout import DeflatedMember
 from npystore.read.sequential import INPUT_SLICE, STREAM_BLOCK
 from npystore.read.slot import IndexSlot
@@ -69,7 +70,24 @@ class StreamInflater:
         return index.checkpoints[max(0, i)]
 
     def read(self, start: int, stop: int) -> bytes:
-        """Uncompressed bytes ``[start, stop)`` (clipped to the member's size)."""
+        """Uncompressed bytes ``[start, stop)`` (clipped to the member's size).
+
+        A pass resumed from a checkpoint of an index read from the index cache that fails is
+        not blamed on the archive: the entry is removed, the index rebuilt in one checked
+        pass (:func:`~npystore.read.index.rebuild_index`) and the range read again.
+        """
+        index = self._slot.get()
+        try:
+            return self._read(start, stop)
+        except FormatError as exc:
+            if not isinstance(index, CachedIndex) or self.resumed_at == 0:
+                raise
+            why = f"resuming from it failed: {exc}"
+            rebuild_index(self._reader, self._member, self._slot, index, why)
+        self._restart(_START)  # the next read resumes from the new index's checkpoint
+        return self._read(start, stop)
+
+    def _read(self, start: int, stop: int) -> bytes:
         stop = min(stop, self._member.uncompressed_size)
         if start >= stop:
             return b""
@@ -123,15 +141,19 @@ class StreamInflater:
                 )
 
     def _fetch(self) -> bytes:
-        """The next piece of the compressed stream, shifted to the resume point's bit."""
+        """The next piece of the compressed stream; the first after a resume within a byte
+        starts with empty blocks that end where the resume point's block starts
+        (:func:`npystore.formats.deflate.resume_head`)."""
         csize = self._member.compressed_size
         n = min(self._piece, csize - self._next)
-        extra = 1 if self._shift and self._next + n < csize else 0
         base = self._member.offset + self._next
-        data = self._reader.read(base, base + n + extra)
+        data = self._reader.read(base, base + n)
         self._next += n
         self._piece = min(STREAM_BLOCK, 2 * self._piece)
-        return deflate.shift_bits(data, self._shift)[:n] if self._shift else data
+        if self._shift and data:
+            data = deflate.resume_head(data[0], self._shift) + bytes(data[1:])
+            self._shift = 0  # byte boundaries are the stream's from here on
+        return data
 
     def _check(self, chunk: bytes) -> None:
         if self._crc is None:

@@ -17,12 +17,20 @@ How chunks are chosen (``chunks=None``):
   VirtualiZarr: one chunk for the whole axis up to :data:`MAX_WHOLE_CHUNK`, else the
   divisor). An edge chunk whose padded range still lies inside the object (a member
   followed by other bytes) is a reference too: Zarr never uses the bytes past the array's
-  end.
+  end. With ``chunks=`` given, an edge chunk past the object's end is inlined, zero-padded.
 - HDF5 chunked arrays (MAT v7.3): the file's own chunks, their deflate, shuffle and
   fletcher32 filters as numcodecs ``zlib``, ``shuffle`` and ``fletcher32``; a chunk whose
   filter mask skipped a filter is decoded and re-encoded inline.
-- everything else (deflated members, compressed v5 variables, HDF5 compact data, text,
-  filters numcodecs lacks): the values, inlined, at most :data:`MAX_INLINE` bytes per array.
+- deflated ``.npz`` members with npystore's block index (``npystore.savez_compressed``):
+  one chunk per deflate block (the ``.npy`` header is block 0, every later block whole
+  chunks), each a byte range of the compressed member decoded by the numcodecs codec
+  ``npystore.raw_deflate`` (:class:`npystore.codecs.RawDeflate`; whatever ``chunks`` says).
+- everything else (deflated members without a block index, compressed v5 variables, HDF5
+  compact data, text, filters numcodecs lacks): the values, inlined.
+
+Every inlined byte counts against one :class:`~npystore.faces.refs.budget.InlineBudget` per
+set of references (:data:`~npystore.faces.refs.budget.MAX_INLINE`, 16 MiB), reserved before
+anything is read.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ import numpy as np
 
 from npystore.errors import UnsupportedError
 from npystore.faces.dask import ChunksSpec, check_chunk_count, normalize_layout_chunks
+from npystore.faces.refs.budget import MAX_INLINE, InlineBudget, OverBudget, Why
 from npystore.faces.tree import nodes as tree_nodes
 from npystore.faces.tree.nodes import ArrayNode
 from npystore.read.access import LayoutArray
@@ -49,10 +58,12 @@ from npystore.read.layout import (
     InlineExtent,
     RawExtent,
     contiguous_chunks,
+    largest_divisor,
 )
 
 __all__ = [
     "EDGE_CHUNK",
+    "EDGE_INLINE",
     "MAX_INLINE",
     "MAX_WHOLE_CHUNK",
     "MIN_DIVISOR_CHUNK",
@@ -66,8 +77,9 @@ EDGE_CHUNK: Final = 512 * 2**10
 #: Smallest chunk (bytes) of a chunk length that divides the split axis, preferred over
 #: EDGE_CHUNK chunks with an inlined edge.
 MIN_DIVISOR_CHUNK: Final = 2**20
-#: Most inlined bytes (encoded) of one array in kerchunk references.
-MAX_INLINE: Final = 4 * 2**20
+#: Most bytes of zero-padded edge chunks ``chunks=None`` plans to inline for one array
+#: (else it picks a divisor).
+EDGE_INLINE: Final = 4 * 2**20
 #: References only (VirtualiZarr): largest single chunk spanning a split axis that has no
 #: useful divisor.
 MAX_WHOLE_CHUNK: Final = 256 * 2**20
@@ -133,7 +145,7 @@ def plan_array(
     *,
     chunks: ChunksSpec = None,
     references_only: bool = False,
-    max_inline: int | None = None,
+    budget: InlineBudget | None = None,
 ) -> ArrayRefs:
     """The reference plan of one array.
 
@@ -143,38 +155,53 @@ def plan_array(
         The array (a node of :func:`~npystore.faces.tree.file_nodes`).
     chunks : chunk spec, optional
         ``None``: chosen for references (module docstring); otherwise dask's meaning, as
-        in :func:`npystore.open_npy` (HDF5 chunked arrays keep the file's chunks).
+        in :func:`npystore.open_npy` (HDF5 chunked arrays and block-indexed members keep
+        the file's chunks).
     references_only : bool
         Nothing may be inlined (VirtualiZarr manifests carry no bytes).
-    max_inline : int, optional
-        Most bytes the array may inline (default :data:`MAX_INLINE`).
+    budget : InlineBudget, optional
+        The inline budget of the whole set of references this array belongs to (default: a
+        budget of :data:`MAX_INLINE` for this array alone, refused at once when spent).
 
     Raises
     ------
     UnsupportedError
-        The array needs more than ``max_inline`` inlined bytes (or any, with
-        ``references_only``); the message says why and what to use instead.
+        The array needs inlined bytes with ``references_only``, or more than the budget
+        holds (without ``budget``); the message says why and what to use instead.
+    OverBudget
+        With ``budget``: the array's inlined bytes did not fit (recorded in ``budget``,
+        whose :meth:`~InlineBudget.check` raises the refusal of every array together).
     """
+    if budget is None:
+        own = InlineBudget()
+        try:
+            return plan_array(node, chunks=chunks, references_only=references_only, budget=own)
+        except OverBudget:
+            own.check(node.array.source)
+            raise
     source = node.array.source
-    max_inline = MAX_INLINE if max_inline is None else max_inline
     layout, filters = _zarr_view(node.array.layout)
     if isinstance(layout.storage, RawExtent):
         shaped = _with_layout(node, layout, _raw_chunks(node, layout, chunks, references_only))
-        return _raw_refs(shaped, max_inline, references_only)
+        return _raw_refs(shaped, budget, references_only)
     if isinstance(layout.storage, ChunkedExtent) and filters is not None:
         shaped = _with_layout(node, layout, layout.storage.chunk_shape)
-        return _chunked_refs(shaped, layout.storage, filters, max_inline, references_only)
+        return _chunked_refs(shaped, layout.storage, filters, budget, references_only)
+    if isinstance(layout.storage, DeflatedExtent) and layout.storage.member.crc32 is not None:
+        found = _block_refs(node, layout, layout.storage)  # a ZIP member (.npz)
+        if isinstance(found, ArrayRefs):
+            return found
+        why: Why = "deflated"
+        reason = found
+    else:
+        why, reason = "values", _why_inline(node.array.layout)
     # values only: every chunk inlined (decoded from the original layout)
-    why = _why_inline(node.array.layout)
     if references_only:
-        raise UnsupportedError(f"{source}: {why}; no byte range of the file holds its values")
-    nbytes = node.array.layout.nbytes
-    if nbytes > max_inline:
+        way = f"; {_CONVERT_NPZ}" if why == "deflated" else ""
         raise UnsupportedError(
-            f"{source}: {why}, so its {nbytes} bytes would be inlined into the references "
-            f"(more than {max_inline}); convert it to Zarr instead (`npystore convert`, "
-            f"npystore.tools.convert), or read it with npystore.open"
+            f"{source}: {reason}; no byte range of the file holds its values{way}"
         )
+    budget.take(source, node.array.layout.nbytes, reason, why)
     shape = node.array.layout.shape
     grid_chunks = (
         tuple(max(1, n) for n in shape) if chunks is None else _normalized(node.array, chunks)
@@ -188,12 +215,89 @@ def plan_array(
     return ArrayRefs(shaped, (), offsets, np.zeros(grid, dtype=np.int64), inline)
 
 
+#: The way out for a deflated member without a usable block index.
+_CONVERT_NPZ: Final = (
+    "re-deflate the archive with a block index, `npystore convert IN.npz OUT.npz` "
+    "(npystore.savez_compressed writes one), then make references to OUT.npz: each block "
+    "is a chunk"
+)
+
+
+# -- deflated members with a block index -------------------------------------------------------
+
+
+def _block_refs(node: ArrayNode, layout: ArrayLayout, storage: DeflatedExtent) -> ArrayRefs | str:
+    """The plan of a deflated member whose block index gives one chunk per block, or why
+    it does not (the reason, for the refusal or the inline budget)."""
+    blocks = storage.member.blocks
+    if blocks is None:
+        return "a deflated member without a block index (its bytes are one deflate stream)"
+    old = (
+        "a deflated member whose blocks are not whole chunks of the array (written by an "
+        "earlier npystore, or by another writer)"
+    )
+    usizes = blocks.usizes
+    if usizes[0] != storage.data_start or sum(usizes[1:]) != storage.nbytes:
+        return old  # block 0 is not the .npy header alone
+    chunks = _chunks_of_blocks(layout, usizes[1:])
+    if chunks is None:
+        return old
+    shaped = _with_layout(node, layout, chunks)
+    grid = _grid(layout.shape, chunks)
+    file_grid = grid if layout.order == "C" else grid[::-1]
+    starts = np.asarray(blocks.coffsets[1:-1], dtype=np.int64) + storage.member.offset
+    sizes = np.asarray(blocks.csizes[1:], dtype=np.int64)
+    if not starts.size:  # no data: no chunk is stored
+        offsets = np.full(grid, -1, dtype=np.int64)
+        lengths = np.zeros(grid, dtype=np.int64)
+    else:
+        offsets = starts.reshape(file_grid)
+        lengths = sizes.reshape(file_grid)
+        if layout.order == "F":
+            offsets, lengths = offsets.transpose(), lengths.transpose()
+    from npystore.codecs import RAW_DEFLATE_ID  # noqa: PLC0415 - numcodecs, only when used
+
+    size = math.prod(chunks) * layout.dtype.itemsize
+    codec = {"id": RAW_DEFLATE_ID, "size": size}
+    return ArrayRefs(shaped, (codec,), offsets.copy(), lengths.copy(), {})
+
+
+def _chunks_of_blocks(layout: ArrayLayout, usizes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The chunk shape of which each of the member's data blocks holds exactly one chunk
+    (in the order of the bytes: the last chunk along the slowest axis may be shorter), or
+    ``None`` when the blocks are not whole chunks."""
+    shape, itemsize = layout.shape, layout.dtype.itemsize
+    if not usizes:  # no data
+        return tuple(max(1, n) for n in shape)
+    if len(usizes) == 1:
+        return tuple(max(1, n) for n in shape) if usizes[0] == layout.nbytes else None
+    file_shape = shape if layout.order == "C" else shape[::-1]
+    size = usizes[0]
+    units = [itemsize * math.prod(file_shape[d + 1 :]) for d in range(len(file_shape))]
+    d = next((d for d, unit in enumerate(units) if unit <= size), None)
+    if d is None:
+        return None
+    n, unit = file_shape[d], units[d]
+    count, rest = divmod(size, unit)
+    if rest or count > n or (d > 0 and n % count):
+        return None
+    outer = math.prod(file_shape[:d])
+    full, tail = divmod(n, count)
+    if outer * (full + bool(tail)) != len(usizes):
+        return None
+    want = ((size,) * full + ((tail * unit,) if tail else ())) * outer
+    if tuple(usizes) != want:
+        return None
+    chunks = (1,) * d + (count,) + tuple(file_shape[d + 1 :])
+    return chunks if layout.order == "C" else chunks[::-1]
+
+
 def _why_inline(layout: ArrayLayout) -> str:
     storage = layout.storage
     while isinstance(storage, ConvertedExtent):
         storage = storage.real.storage
     if isinstance(storage, DeflatedExtent):
-        return "a deflated member (its bytes are one deflate stream)"
+        return "a compressed variable (its bytes are one deflate stream)"
     if isinstance(storage, InlineExtent):
         return "values that arrived with the metadata (HDF5 compact data, text)"
     if isinstance(storage, ChunkedExtent):
@@ -331,36 +435,21 @@ def _refine(
     if n % c == 0 or end + (c - n % c) * unit <= size:
         return chunks  # no edge, or an edge the object's bytes cover
     outer = math.prod(layout.shape[d] for d in order[: order.index(split)])
-    divisor = _largest_divisor(n, c)
+    divisor = largest_divisor(n, c)
     pick = divisor
     if divisor * unit < MIN_DIVISOR_CHUNK:
         if references_only:
             pick = n if n * unit <= MAX_WHOLE_CHUNK else divisor
         else:
             small = min(n, max(1, EDGE_CHUNK // unit))
-            if small > divisor and outer * small * unit <= MAX_INLINE:
+            if small > divisor and outer * small * unit <= EDGE_INLINE:
                 pick = small
     out = list(chunks)
     out[split] = pick
     return tuple(out)
 
 
-def _largest_divisor(n: int, limit: int) -> int:
-    """The largest divisor of ``n`` that is at most ``limit``."""
-    best = 1
-    root = math.isqrt(n)
-    step = 1 << 20
-    for start in range(1, root + 1, step):
-        i = np.arange(start, min(start + step, root + 1), dtype=np.int64)
-        hits = i[n % i == 0]
-        for d in hits.tolist():
-            for cand in (d, n // d):
-                if best < cand <= limit:
-                    best = cand
-    return best
-
-
-def _raw_refs(node: ArrayNode, max_inline: int, references_only: bool) -> ArrayRefs:
+def _raw_refs(node: ArrayNode, budget: InlineBudget, references_only: bool) -> ArrayRefs:
     layout = node.array.layout
     storage = layout.storage
     assert isinstance(storage, RawExtent)
@@ -368,7 +457,6 @@ def _raw_refs(node: ArrayNode, max_inline: int, references_only: bool) -> ArrayR
     grid = _grid(layout.shape, chunks)
     offsets = np.full(grid, -1, dtype=np.int64)
     lengths = np.zeros(grid, dtype=np.int64)
-    inline: dict[tuple[int, ...], bytes] = {}
     size = node.array.reader.size
     strides = layout.byte_strides
     order = _slow_to_fast(layout)
@@ -377,7 +465,16 @@ def _raw_refs(node: ArrayNode, max_inline: int, references_only: bool) -> ArrayR
         chunks[d] >= layout.shape[d] for d in order[lead + 1 :]
     )  # outer chunk lengths are 1, inner ones whole axes: every chunk is one range
     length = math.prod(chunks) * layout.dtype.itemsize
-    used = 0
+    source = node.array.source
+    if not contiguous:  # no chunk is a range: all inlined (reserved before any is read)
+        if references_only:
+            raise UnsupportedError(
+                f"{source}: chunks of shape {chunks} are not byte ranges of the file (pass "
+                f"chunks that split only the slowest-varying axis)"
+            )
+        why = _why_chunks(layout, chunks, contiguous)
+        budget.take(source, math.prod(grid) * length, why, "chunks")
+    todo: list[tuple[int, ...]] = []
     for index in itertools.product(*(range(g) for g in grid)):
         start = storage.offset + sum(
             i * c * s for i, c, s in zip(index, chunks, strides, strict=True)
@@ -388,19 +485,31 @@ def _raw_refs(node: ArrayNode, max_inline: int, references_only: bool) -> ArrayR
             continue
         if references_only:
             raise UnsupportedError(
-                f"{node.array.source}: chunk {index} of shape {chunks} is not one byte range "
-                f"of the file (pass chunks that split only the slowest-varying axis)"
+                f"{source}: chunk {index} of shape {chunks} lies past the end of the file "
+                f"(pass chunks whose length divides the split axis)"
             )
-        used += length
-        if used > max_inline:
-            raise UnsupportedError(
-                f"{node.array.source}: chunks {chunks} are not byte ranges of the file and "
-                f"would inline more than {max_inline} bytes; pass chunks that split only the "
-                f"slowest-varying axis ({'first' if layout.order == 'C' else 'last'}), or "
-                f"leave chunks=None"
-            )
-        inline[index] = node.chunk_bytes(index)
+        todo.append(index)
+    if todo and contiguous:  # edge chunks past the end of the file
+        budget.take(source, len(todo) * length, _why_chunks(layout, chunks, contiguous), "chunks")
+    inline = {index: node.chunk_bytes(index) for index in todo}
     return ArrayRefs(node, (), offsets, lengths, inline)
+
+
+def _why_chunks(layout: ArrayLayout, chunks: tuple[int, ...], contiguous: bool) -> str:
+    """Why a raw array's chunks are inlined, and which chunk lengths would not be."""
+    if not contiguous:
+        slow = "first" if layout.order == "C" else "last"
+        return (
+            f"chunks {chunks} are not byte ranges of the file (chunks that split only the "
+            f"slowest-varying axis, the {slow}, are)"
+        )
+    d = next(d for d in _slow_to_fast(layout) if chunks[d] < layout.shape[d])
+    n, c = layout.shape[d], chunks[d]
+    return (
+        f"chunks {chunks} leave an edge chunk along axis {d} past the end of the file, "
+        f"inlined zero-padded to full size (a length that divides {n}, such as "
+        f"{largest_divisor(n, c)}, has none)"
+    )
 
 
 # -- HDF5 chunked arrays ----------------------------------------------------------------------
@@ -410,44 +519,42 @@ def _chunked_refs(
     node: ArrayNode,
     storage: ChunkedExtent,
     filters: tuple[dict[str, Any], ...],
-    max_inline: int,
+    budget: InlineBudget,
     references_only: bool,
 ) -> ArrayRefs:
     offsets = storage.offsets.astype(np.int64, copy=True)
     lengths = storage.sizes.astype(np.int64, copy=True)
     inline: dict[tuple[int, ...], bytes] = {}
     active = (1 << len(storage.filters)) - 1
-    skipped = np.argwhere((storage.filter_masks & active) != 0)
-    missing = np.argwhere(offsets < 0) if storage.fill and not references_only else ()
-    used = 0
-    for where, why in itertools.chain(
-        ((tuple(int(i) for i in w), "skipped") for w in skipped),
-        ((tuple(int(i) for i in w), "fill") for w in missing),
-    ):
-        if references_only:
-            mask = int(storage.filter_masks[where])
-            names = [f.name for k, f in enumerate(storage.filters) if mask >> k & 1]
-            raise UnsupportedError(
-                f"{node.array.source}: HDF5 chunk {where} was stored without filter(s) "
-                f"{', '.join(names)}; the other chunks use them, and a manifest holds one "
-                f"codec pipeline per array"
-            )
-        data = _encode(node.chunk_bytes(where), filters)
-        used += len(data)
-        if used > max_inline:
-            mask = int(storage.filter_masks[where])
-            names = [f.name for k, f in enumerate(storage.filters) if mask >> k & 1]
-            reason = (
-                f"were stored without filter(s) {', '.join(names)}"
-                if why == "skipped"
-                else "were never written (fill value)"
-            )
-            raise UnsupportedError(
-                f"{node.array.source}: HDF5 chunks that {reason} must be inlined, more than "
-                f"{max_inline} bytes; convert it to Zarr instead (`npystore convert`)"
-            )
-        inline[where] = data
+    skipped = [tuple(int(i) for i in w) for w in np.argwhere((storage.filter_masks & active) != 0)]
+    missing = (
+        [tuple(int(i) for i in w) for w in np.argwhere(offsets < 0)]
+        if storage.fill and not references_only
+        else []
+    )
+    if references_only and skipped:
+        where = skipped[0]
+        mask = int(storage.filter_masks[where])
+        names = [f.name for k, f in enumerate(storage.filters) if mask >> k & 1]
+        raise UnsupportedError(
+            f"{node.array.source}: HDF5 chunk {where} was stored without filter(s) "
+            f"{', '.join(names)}; the other chunks use them, and a manifest holds one "
+            f"codec pipeline per array"
+        )
+    if not skipped and not missing:
+        return ArrayRefs(node, filters, offsets, lengths, inline, storage.fill)
+    source = node.array.source
+    reason = (
+        "HDF5 chunks stored without some of the array's filters, or never written (fill "
+        "value), inlined re-encoded"
+    )
+    raw = math.prod(node.chunks()) * node.array.layout.dtype.itemsize
+    reserved = raw * (len(skipped) + len(missing))
+    budget.take(source, reserved, reason, "values")
+    for where in skipped + missing:
+        inline[where] = _encode(node.chunk_bytes(where), filters)
         offsets[where] = -1
+    budget.settle(source, reserved, sum(map(len, inline.values())), reason, "values")
     return ArrayRefs(node, filters, offsets, lengths, inline, storage.fill)
 
 

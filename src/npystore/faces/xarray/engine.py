@@ -86,8 +86,11 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
 
         Parameters
         ----------
-        filename_or_obj : str or os.PathLike
-            Local path or any fsspec URL (``s3://``, ``https://``, chained URLs).
+        filename_or_obj : str, os.PathLike or list of str
+            Local path or any fsspec URL (``s3://``, ``https://``, chained URLs). Many
+            ``.npy`` files (a glob, a folder, a list) give one dataset whose variable
+            ``data`` joins them along its first axis (see :func:`npystore.open_npy`): the
+            files are opened together, the chunks never span two files.
         drop_variables : str or iterable of str, optional
             Variables to leave out (their data is never read).
         storage_options : mapping, optional
@@ -131,6 +134,17 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         """
         del mask_and_scale, decode_times, decode_timedelta, use_cftime
         del concat_characters, decode_coords
+        from npystore.fetch.naming import is_folder, is_many  # noqa: PLC0415
+
+        if is_many(filename_or_obj) or is_folder(_as_url(filename_or_obj), storage_options):
+            if group is not None:
+                raise ValueError("group applies to one file, not to a dataset of .npy files")
+            from npystore.faces.xarray.many import sharded_dataset  # noqa: PLC0415
+
+            return sharded_dataset(
+                filename_or_obj, storage_options, allow_pickle, dims or {},
+                drop_set(drop_variables),
+            )  # fmt: skip
         opened = OpenedFile.open(
             _as_url(filename_or_obj),
             storage_options,

@@ -33,8 +33,6 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-import numpy as np
-
 from npystore.errors import UnsupportedError, missing_dependency
 
 try:
@@ -53,7 +51,7 @@ except ImportError as exc:
     raise missing_dependency("zarr", "zarr", "npystore's Zarr store", exc) from exc
 
 from npystore.faces.tree.nodes import MAX_NODE_NAME, ArrayNode, GroupNode, Node, node_name
-from npystore.faces.zarr.dtypes import zarr_dtype_for
+from npystore.faces.zarr.dtypes import bytes_codec_for, zarr_dtype_for
 
 __all__ = [
     "CONSOLIDATED_MAX",
@@ -89,12 +87,7 @@ def _array_metadata(node: ArrayNode, filters: Sequence[Mapping[str, Any]] = ()) 
         codecs.append(
             {"name": "transpose", "configuration": {"order": list(range(layout.ndim))[::-1]}}
         )
-    byteorder = layout.dtype.byteorder
-    if getattr(zdtype, "endianness", None) is not None and layout.dtype.itemsize > 1:
-        endian = "big" if byteorder == ">" or (byteorder == "=" and _native_big()) else "little"
-        codecs.append({"name": "bytes", "configuration": {"endian": endian}})
-    else:
-        codecs.append({"name": "bytes"})
+    codecs.append(bytes_codec_for(layout.dtype, zdtype))
     codecs.extend(dict(f) for f in filters)
     return ArrayV3Metadata(
         shape=layout.shape,
@@ -112,27 +105,48 @@ def _array_metadata(node: ArrayNode, filters: Sequence[Mapping[str, Any]] = ()) 
 _TEMPLATES_MAX: Final = 256
 
 
+#: Stand-ins for the attributes and dimension names in a template's text.
+_MARKS: Final = ("\x00npystore attributes\x00", "\x00npystore dimension names\x00")
+
+
+def _template(doc: dict[str, Any], indent: int | str | None) -> tuple[str, ...]:
+    """The text of ``doc`` as zarr writes it, cut where its attributes and dimension names
+    go: ``(before, ATTRIBUTES or DIMENSIONS, between, the other, after)``."""
+    marked = dict(doc)
+    marked["attributes"], marked["dimension_names"] = _MARKS
+    text = json.dumps(marked, allow_nan=True, indent=indent)
+    quoted = [json.dumps(m) for m in _MARKS]
+    first = min(quoted, key=text.index)
+    second = quoted[1] if first == quoted[0] else quoted[0]
+    before, rest = text.split(first)
+    between, after = rest.split(second)
+    return before, _MARKS[quoted.index(first)], between, _MARKS[quoted.index(second)], after
+
+
 def _array_document(
     node: ArrayNode,
     filters: Sequence[Mapping[str, Any]],
-    templates: OrderedDict[tuple[Any, ...], dict[str, Any]],
+    templates: OrderedDict[tuple[Any, ...], tuple[str, ...]],
     lock: threading.Lock,
 ) -> bytes:
     """The bytes of an array's ``zarr.json``: what zarr's own metadata class writes
     (:func:`_array_metadata`), made from the document of an array of the same kind (dtype,
     shape, order, chunks, filters: the many members of an archive share a few), kept in
-    ``templates``, with this one's attributes and dimension names put in. zarr writes the
-    document with ``json.dumps`` too: the same bytes, at a fraction of the cost."""
+    ``templates`` as text, with this one's attributes and dimension names put in. zarr
+    writes the document with ``json.dumps`` (indented as its ``json_indent`` says): the same
+    bytes, without encoding the rest of the document again."""
     layout = node.array.layout
     dims = list(node.dims())
+    indent = zarr_config.get("json_indent")
     key = (
+        indent,
         layout.dtype,
         str(layout.dtype.descr),  # equal dtypes may differ in what zarr writes (titles...)
         layout.shape,
         layout.order,
         node.chunks(),
         len(dims),
-        json.dumps([dict(f) for f in filters], sort_keys=True),
+        json.dumps([dict(f) for f in filters], sort_keys=True) if filters else "",
     )
     with lock:
         template = templates.get(key)
@@ -140,19 +154,21 @@ def _array_document(
             templates.move_to_end(key)
     if template is None:
         bare = ArrayNode(node.array, {}, node.chunks(), tuple(f"d{i}" for i in range(len(dims))))
-        template = _array_metadata(bare, filters).to_dict()
+        template = _template(_array_metadata(bare, filters).to_dict(), indent)
         with lock:
             templates[key] = template
             if len(templates) > _TEMPLATES_MAX:
                 templates.popitem(last=False)
-    doc = dict(template)
-    doc["attributes"] = dict(node.attributes)
-    doc["dimension_names"] = dims
-    return json.dumps(doc, allow_nan=True, indent=zarr_config.get("json_indent")).encode()
-
-
-def _native_big() -> bool:
-    return np.dtype("=i2").str[0] == ">"
+    values = {_MARKS[0]: dict(node.attributes), _MARKS[1]: dims}
+    pad = "\n" + (indent if isinstance(indent, str) else " " * (indent or 0))
+    parts = []
+    for part in template:
+        if part in values:  # a value one level down: its lines indented once more
+            text = json.dumps(values[part], allow_nan=True, indent=indent)
+            parts.append(text.replace("\n", pad) if indent is not None else text)
+        else:
+            parts.append(part)
+    return "".join(parts).encode()
 
 
 class LayoutStore(Store):
@@ -200,7 +216,7 @@ class LayoutStore(Store):
                     raise ValueError(f"unsafe node path {path!r}")
         self._metadata: OrderedDict[str, bytes] = OrderedDict()
         self._metadata_lock = threading.Lock()
-        self._templates: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
+        self._templates: OrderedDict[tuple[Any, ...], tuple[str, ...]] = OrderedDict()
         self._filters = dict(filters or {})
 
     # -- identity --------------------------------------------------------------------------

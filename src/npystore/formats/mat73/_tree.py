@@ -209,14 +209,7 @@ class Mat73Tree:
             known = self._by_address.get(address)
             if known is not None:
                 return known
-            node = self._follow(ref, path, depth, chain)
-            self._by_address[address] = node
-            return node
-        return self._follow(ref, path, depth, chain)
-
-    def _follow(self, ref: Any, path: str, depth: int, chain: Chain) -> MatNode:
-        """Open what a (valid, non-null) reference points to and parse it."""
-        where = self._where(path)
+        where = self._where(path)  # (no helper call: a frame per level of nesting counts)
         try:
             obj = self._root[ref]
         except (KeyError, ValueError, TypeError, OSError) as exc:
@@ -227,9 +220,11 @@ class Mat73Tree:
             loop = " -> ".join(str(o.name) for o in (*chain[chain.index(obj) :], obj))
             raise FormatError(f"{where}: reference cycle {loop}")
         done = self._done.get(obj)
-        if done is not None:
-            return done
-        return self._node(obj, path, depth, chain, shared=True)
+        if done is None:
+            done = self._node(obj, path, depth, chain, shared=True)
+        if address is not None:
+            self._by_address[address] = done
+        return done
 
     def _field(self, obj: H5Dataset | H5Group, path: str, depth: int, chain: Chain) -> MatNode:
         """A 1x1 struct's field: HDF5 hard links can make it a group being parsed (a loop,

@@ -37,8 +37,10 @@ from __future__ import annotations
 from npystore.formats.need import NeedMoreBytes
 from npystore.formats.zipdir._blocks import (
     BLOCKS_EXTRA_ID,
+    DEFLATE_BLOCK,
     MAX_BLOCKS,
     BlockIndex,
+    block_size,
     blocks_extra,
     parse_blocks,
 )
@@ -74,9 +76,9 @@ from npystore.formats.zipdir._write import (
 )
 
 __all__ = [
-    "BLOCKS_EXTRA_ID", "MAX_BLOCKS", "ZIP64_LIMIT", "BlockIndex", "CentralRecord",
-    "blocks_extra", "central_record", "data_descriptor", "dos_time", "end_records",
-    "local_header", "parse_blocks",
+    "BLOCKS_EXTRA_ID", "DEFLATE_BLOCK", "MAX_BLOCKS", "ZIP64_LIMIT", "BlockIndex",
+    "CentralRecord", "block_size", "blocks_extra", "central_record", "data_descriptor",
+    "dos_time", "end_records", "local_header", "parse_blocks",
     "CENTRAL_HEADER_SIZE", "EOCD_SEARCH", "LOCAL_HEADER_SIZE", "ZIP64_RECORD_SIZE",
     "EndRecord", "LocalHeader", "NeedMoreBytes",
     "ZipDirectory", "ZipEntry", "check_members", "member_name_problem",

@@ -18,9 +18,11 @@ ignored, APPNOTE.TXT 4.5)::
 
 A reader treats it as hostile: :func:`parse_blocks` checks the structure (block count, sizes
 summing to the member's sizes, no empty block, no block claiming more than deflate can
-produce) and answers ``None`` for anything else (the member is then read as any other);
-whoever inflates a block checks that it inflates, without a dictionary, to exactly its size
-and CRC-32, consuming exactly its compressed bytes.
+produce, none larger than npystore's writer makes for a member of that size,
+:func:`block_size`) and answers ``None`` for anything else (the member is then read as any
+other); whoever inflates a block checks that it inflates, without a dictionary, to exactly
+its size and CRC-32, consuming exactly its compressed bytes, and that the blocks before it
+end where the one stream has a block boundary (:mod:`npystore.read.blocks`).
 """
 
 from __future__ import annotations
@@ -33,11 +35,22 @@ from typing import Final
 
 from npystore.formats.deflate import max_inflated_size
 
-__all__ = ["BLOCKS_EXTRA_ID", "MAX_BLOCKS", "BlockIndex", "blocks_extra", "parse_blocks"]
+__all__ = [
+    "BLOCKS_EXTRA_ID",
+    "DEFLATE_BLOCK",
+    "MAX_BLOCKS",
+    "BlockIndex",
+    "block_size",
+    "blocks_extra",
+    "parse_blocks",
+]
 
 BLOCKS_EXTRA_ID: Final = 0x7A6E
 #: Most blocks one extra field holds (its data size is a u16, beside a ZIP64 extra).
 MAX_BLOCKS: Final = 5000
+#: Uncompressed bytes of the blocks npystore's writer makes (more for members over about
+#: 4 GiB, see :func:`block_size`).
+DEFLATE_BLOCK: Final = 2**20
 _HEAD: Final = struct.Struct("<BBI")
 _BLOCK: Final = struct.Struct("<III")
 
@@ -74,6 +87,14 @@ class BlockIndex:
         return max(0, i), min(len(self.usizes), max(j, i + 1))
 
 
+def block_size(usize: int) -> int:
+    """Uncompressed bytes per block of a member of ``usize`` bytes (npystore's writer): 1 MiB,
+    or whole MiB enough to keep the index within about 4,000 blocks. A reader refuses an
+    index with a larger block: a block is inflated whole to check it."""
+    per = -(-usize // 4000)
+    return max(DEFLATE_BLOCK, -(-per // 2**20) * 2**20)
+
+
 def blocks_extra(blocks: BlockIndex) -> bytes:
     """The extra field (ID, size, data) for ``blocks``; ``b""`` when there are too many."""
     n = len(blocks.csizes)
@@ -99,9 +120,10 @@ def parse_blocks(body: bytes, compressed_size: int, uncompressed_size: int) -> B
     if len(body) != _HEAD.size + n * _BLOCK.size:
         return None
     csizes, usizes, crcs = [], [], []
+    largest = block_size(uncompressed_size)
     for k in range(n):
         c, u, crc = _BLOCK.unpack_from(body, _HEAD.size + k * _BLOCK.size)
-        if c == 0 or (u == 0 and n > 1) or u > max_inflated_size(c):
+        if c == 0 or (u == 0 and n > 1) or u > max_inflated_size(c) or u > largest:
             return None
         csizes.append(c)
         usizes.append(u)
