@@ -424,8 +424,9 @@ def bench_mat73_h5py(workdir: Path, size: int, repeat: int) -> list[Row]:
     from mat import matrix, small_integers, write_hdf5storage
 
     rows = []
+    side = max(100, round(math.sqrt(size / 8) / 100) * 100)  # 122 MiB: 4000 x 4000
     for kind, make in (("integers 0..99", small_integers), ("smooth values", matrix)):
-        value = make(size)
+        value = make(side * side * 8)
         path = workdir / f"hdf5storage-{make.__name__}-{value.shape[0]}.mat"
         if not path.exists():
             write_hdf5storage(path, "x", value)
