@@ -18,6 +18,8 @@ one run of each in turn (``rounds``), so drift hits all alike.
   ``open_mat(url)["x"].compute()`` vs ``h5py.File(s3fs file)``. Without hdf5storage the file
   is written as MATLAB writes it (``cloud-mat73-matlab`` always is: 512-byte userblock,
   MATLAB's header, gzip 3, chunks of at most 64 KiB; see ``mat.py``).
+  ``cloud-mat73-ints``: hdf5storage's file of integers 0..99 (``mat.small_integers``, about
+  18.5 MB for 128 MB: the decode, not the download, is most of the read).
 - ``cloud-npz``: a 128 MiB float64 member deflated about 8.5x (``np.savez_compressed`` of
   rounded values, each repeated three times): ``open_npz(url, chunks=n // 16)["x"]
   .compute()`` and ``npystore.load(url)["x"]`` vs s3fs ``open`` + ``numpy.load``; the bytes
@@ -27,7 +29,7 @@ one run of each in turn (``rounds``), so drift hits all alike.
   and 80 ms (40 MiB/s); plotted to ``docs/img/cloud-bandwidth.png`` and
   ``docs/img/cloud-latency.png``, numbers in ``docs/img/cloud-sweep.json``.
 
-Run through ``benchmarks/run.py`` (``--only cloud`` runs all four; ``--quick`` uses small
+Run through ``benchmarks/run.py`` (``--only cloud`` runs them all; ``--quick`` uses small
 sizes); the rows go to their own section of ``benchmarks/RESULTS.md``.
 """
 
@@ -217,27 +219,30 @@ def _side(size: int) -> int:
     return max(100, round(math.sqrt(size / 8) / 100) * 100)
 
 
-def _mat_file(workdir: Path, size: int, writer: str) -> tuple[Path, np.ndarray[Any, Any], str]:
+def _mat_file(
+    workdir: Path, size: int, writer: str, values: str = "smooth"
+) -> tuple[Path, np.ndarray[Any, Any], str]:
     """A v7.3 MAT-file of one double matrix ``x``; ``writer``: ``hdf5storage`` (falls back
-    to ``matlab`` without it) or ``matlab`` (``mat.py``'s layout). Returns the path, the
-    value and a description of the layout."""
-    from mat import matrix, write_matlab_v73
+    to ``matlab`` without it) or ``matlab`` (``mat.py``'s layout); ``values``: ``smooth``
+    (``mat.matrix``) or ``ints`` (``mat.small_integers``). Returns the path, the value and
+    a description of the layout."""
+    from mat import matrix, small_integers, write_hdf5storage, write_matlab_v73
 
     n = _side(size)
-    value = matrix(n * n * 8)
+    value = (small_integers if values == "ints" else matrix)(n * n * 8)
     if writer == "hdf5storage":
         try:
-            import hdf5storage
+            import hdf5storage  # noqa: F401
         except ImportError:
             writer = "matlab"
-    path = workdir / f"cloud-{writer}-{n}.mat"
+    path = workdir / f"cloud-{writer}-{values}-{n}.mat"
     if not path.exists():
-        tmp = path.with_name(path.stem + ".partial.mat")  # hdf5storage wants .mat
         if writer == "hdf5storage":
-            hdf5storage.savemat(str(tmp), {MEMBER: value}, format="7.3")
+            write_hdf5storage(path, MEMBER, value)
         else:
+            tmp = path.with_name(path.stem + ".partial.mat")
             write_matlab_v73(tmp, MEMBER, value)
-        tmp.replace(path)
+            tmp.replace(path)
     import h5py
 
     with h5py.File(path, "r") as h:
@@ -245,16 +250,19 @@ def _mat_file(workdir: Path, size: int, writer: str) -> tuple[Path, np.ndarray[A
         filters = [f"gzip {d.compression_opts}"] + ["shuffle"] * d.shuffle
         filters += ["Fletcher-32"] * d.fletcher32
         layout = (
-            f"{writer}: {n} x {n} double, file {path.stat().st_size / 1e6:.0f} MB, chunks "
-            f"{d.chunks} ({math.prod(d.chunks) * 8 / 1024:.0f} KiB), {', '.join(filters)}"
+            f"{writer}: {n} x {n} double{' (integers 0..99)' if values == 'ints' else ''}, "
+            f"file {path.stat().st_size / 1e6:.1f} MB, chunks {d.chunks} "
+            f"({math.prod(d.chunks) * 8 / 1024:.0f} KiB), {', '.join(filters)}"
         )
     return path, value, layout
 
 
-def _bench_mat(workdir: Path, size: int, repeat: int, writer: str) -> list[Row]:
+def _bench_mat(
+    workdir: Path, size: int, repeat: int, writer: str, values: str = "smooth"
+) -> list[Row]:
     import h5py
 
-    path, value, layout = _mat_file(workdir, size, writer)
+    path, value, layout = _mat_file(workdir, size, writer, values)
     load = _load_avg()
     with cloud(workdir, {path.name: path}) as c:
         url = f"s3://{BUCKET}/{path.name}"
@@ -276,7 +284,8 @@ def _bench_mat(workdir: Path, size: int, repeat: int, writer: str) -> list[Row]:
         requests, moved = c.moved(eager)
         t = rounds(fns, repeat)
     h5 = Timing("h5py.File(fs.open())", t["anchor"])
-    what = f"cloud MAT v7.3 ({layout.split(':')[0]}), {value.nbytes / 1e6:.0f} MB variable"
+    kind = layout.split(":")[0] + (", integers" if values == "ints" else "")
+    what = f"cloud MAT v7.3 ({kind}), {value.nbytes / 1e6:.0f} MB variable"
     note = (
         f"{layout}; s3fs file defaults (50 MiB blocks, 'readahead'); load: {requests} "
         f"requests, {moved / 1e6:.0f} MB moved; load average {load} -> {_load_avg()}"
@@ -307,6 +316,10 @@ def bench_cloud_mat73(workdir: Path, size: int, repeat: int) -> list[Row]:
 
 def bench_cloud_mat73_matlab(workdir: Path, size: int, repeat: int) -> list[Row]:
     return _bench_mat(workdir, size, repeat, "matlab")
+
+
+def bench_cloud_mat73_ints(workdir: Path, size: int, repeat: int) -> list[Row]:
+    return _bench_mat(workdir, size, repeat, "hdf5storage", "ints")
 
 
 # -- deflated .npz member ----------------------------------------------------------------
@@ -625,6 +638,7 @@ SCENARIOS: dict[str, tuple[Callable[[Path, int, int], Row | list[Row]], int, int
     "cloud-npy": (bench_cloud_npy, 128, 16),
     "cloud-mat73": (bench_cloud_mat73, 122, 4),
     "cloud-mat73-matlab": (bench_cloud_mat73_matlab, 122, 4),
+    "cloud-mat73-ints": (bench_cloud_mat73_ints, 122, 4),
     "cloud-npz": (bench_cloud_npz, 128, 16),
     "cloud-sweep": (bench_cloud_sweep, 128, 4),
 }

@@ -13,15 +13,17 @@ rows run each side in a fresh subprocess (``_rss_probe.py``), alternating the sa
 ``npz-load``, ``npz-slice``, ``npz-rss`` (a ``savez_compressed``-style deflated member),
 ``import``, ``load-small``, ``info``, ``cat`` (first use in a fresh interpreter:
 ``startup.py``), ``mat73-load``, ``mat73-s3`` (a MATLAB v7.3 variable, local and on
-loopback S3 + 30 ms), ``mat-small-cell``, ``mat-small-struct``, ``mat-small-v73``,
+loopback S3 + 30 ms), ``mat73-h5py`` (hdf5storage's v7.3 files, local, vs h5py),
+``mat-small-cell``, ``mat-small-struct``, ``mat-small-v73``,
 ``mat-many-vars``, ``mat-v73-shared`` (MAT-files of many small elements or variables),
 ``mat-corpus-v5``, ``mat-corpus-v73``, ``mat-first-v5``, ``mat-first-v73`` (small real
 files: ``mat_small.py``), ``zarr-many-open``, ``zarr-many-list`` (the Zarr store over
 50,000 tiny members: ``zarr_many.py``), ``cloud-npy``, ``cloud-mat73``,
-``cloud-mat73-matlab``, ``cloud-npz``, ``cloud-sweep`` (the cloud model, 30 ms and 40 MiB/s
-per connection: ``cloud.py``), ``cloud-gcs-npy``, ``cloud-azure-npy``, ``cloud-distributed``
-(the same model on GCS, Azure and SeaweedFS: ``stores.py``; ``stores`` names these three,
-``cloud`` all eight: they share one section, which a run rewrites whole),
+``cloud-mat73-matlab``, ``cloud-mat73-ints``, ``cloud-npz``, ``cloud-sweep`` (the cloud
+model, 30 ms and 40 MiB/s per connection: ``cloud.py``), ``cloud-gcs-npy``,
+``cloud-azure-npy``, ``cloud-distributed`` (the same model on GCS, Azure and SeaweedFS:
+``stores.py``; ``stores`` names these three, ``cloud`` all nine: they share one section,
+which a run rewrites whole),
 ``write-npy-local``, ``write-npz-local``, ``write-s3-cloud``, ``write-s3-cloud10``,
 ``write-rss`` (the writers: ``write.py``; ``write`` names all five), ``many-open``,
 ``many-read``, ``many-sum`` (datasets of many files: ``many.py``; ``many`` names all three).
@@ -414,6 +416,67 @@ def bench_mat73_load(workdir: Path, size: int, repeat: int) -> Row:
     )
 
 
+def bench_mat73_h5py(workdir: Path, size: int, repeat: int) -> list[Row]:
+    """hdf5storage's files (shuffle, gzip 7, Fletcher-32) read whole: ``open_mat().load``
+    vs h5py, for small integers (a 4000 x 4000 matrix: about 18.5 MB) and smooth values."""
+    import h5py
+
+    from mat import matrix, small_integers, write_hdf5storage
+
+    rows = []
+    side = max(100, round(math.sqrt(size / 8) / 100) * 100)  # 122 MiB: 4000 x 4000
+    for kind, make in (("integers 0..99", small_integers), ("smooth values", matrix)):
+        value = make(side * side * 8)
+        path = workdir / f"hdf5storage-{make.__name__}-{value.shape[0]}.mat"
+        if not path.exists():
+            write_hdf5storage(path, "x", value)
+        _warm(path)
+
+        def ours(path: Path = path) -> Any:
+            return npystore.open_mat(str(path)).load("x")
+
+        def anchor(path: Path = path) -> Any:
+            with h5py.File(path, "r") as f:
+                return f["x"][()]
+
+        np.testing.assert_array_equal(ours(), value)
+        np.testing.assert_array_equal(anchor().T, value)
+        cpu = _cpu_seconds(ours, anchor, repeat)
+        a, b = _interleaved(ours, anchor, repeat)
+        mb = value.nbytes / 1e6
+        rows.append(
+            Row(
+                scenario=f"local MAT v7.3 (hdf5storage, {kind}), one {mb:.0f} MB double "
+                "variable: open_mat().load vs h5py",
+                ours=Timing("npystore", a),
+                anchor=Timing("h5py", b),
+                target=0.5,
+                note=f"file {path.stat().st_size / 1e6:.1f} MB, shuffle, gzip 7, Fletcher-32, "
+                f"{value.shape[0]} x {value.shape[1]}; CPU seconds (median, all threads): "
+                f"npystore {cpu[0]:.3f}, h5py {cpu[1]:.3f}; {_cpus()} CPUs, load average "
+                f"{os.getloadavg()[0]:.1f}; issue 28 target",
+            )
+        )
+    return rows
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _cpu_seconds(
+    ours: Callable[[], Any], anchor: Callable[[], Any], repeat: int
+) -> tuple[float, float]:
+    """Median process CPU time (every thread) of each, alternating."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeat):
+        for fn, out in zip((ours, anchor), times, strict=True):
+            start = time.process_time()
+            fn()
+            out.append(time.process_time() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
 def bench_mat73_s3(workdir: Path, size: int, repeat: int) -> Row:
     import fsspec
     import h5py
@@ -562,6 +625,7 @@ SCENARIOS: dict[str, tuple[Callable[[Path, int, int], Row | list[Row]], int, int
     "npz-rss": (bench_npz_dask_sum_rss, 1024, 128),
     "mat73-load": (bench_mat73_load, 200, 32),
     "mat73-s3": (bench_mat73_s3, 200, 32),
+    "mat73-h5py": (bench_mat73_h5py, 122, 8),
     "s3-npy-full": (remote.bench_s3_npy_full, 128, 16),
     "s3-npy-slices": (remote.bench_s3_npy_slices, 1024, 64),
     "s3-npz-open": (remote.bench_s3_npz_open, 0, 0),

@@ -263,7 +263,7 @@ def numcodecs_kernels() -> Any:
     from npystore.read import chunked
 
     numcodecs = pytest.importorskip("numcodecs")
-    return chunked._Numcodecs(numcodecs.Fletcher32, numcodecs.Shuffle)
+    return chunked._Numcodecs(numcodecs.Fletcher32)
 
 
 @settings(max_examples=80, deadline=None)
@@ -276,8 +276,8 @@ def numcodecs_kernels() -> Any:
 def test_numcodecs_kernels_decode_as_numpy_does(
     body: bytes, size: int, pipeline: str, checksum: str
 ) -> None:
-    """numcodecs' Fletcher-32 and unshuffle give the same bytes and the same refusals as
-    the numpy ones (odd lengths, trailing bytes, HDF5 1.6.2's swapped checksum, mismatches)."""
+    """numcodecs' Fletcher-32 gives the same bytes and the same refusals as numpy's
+    (odd lengths, trailing bytes, HDF5 1.6.2's swapped checksum, mismatches)."""
     kernels = numcodecs_kernels()
     filters: list[Filter] = []
     data = body
@@ -333,13 +333,13 @@ def test_large_reads_use_numcodecs_kernels_small_ones_numpys(
         f.create_dataset("x", data=data, chunks=(50, 40), shuffle=True, fletcher32=True,
                          compression="gzip")  # fmt: skip
     used: list[Any] = []
-    decode = chunked.decode_chunk
+    decode = chunked.undo_steps
 
     def spy(*args: Any, **kw: Any) -> Any:
         used.append(kw.get("kernels"))
         return decode(*args, **kw)
 
-    monkeypatch.setattr(chunked, "decode_chunk", spy)
+    monkeypatch.setattr(chunked, "undo_steps", spy)
     reader = open_reader(str(path))
     with h5py.File(path, "r") as f:
         layout = dataset_layout(f["x"], reader, source="x")
@@ -353,3 +353,108 @@ def test_large_reads_use_numcodecs_kernels_small_ones_numpys(
     np.testing.assert_array_equal(array.read(), data)
     assert used
     assert all(isinstance(k, chunked._Numcodecs) for k in used)
+
+
+# ------------------------------------------- the read layer: threads, steps, no copies
+
+
+def _hdf5storage_like(path: Path, data: np.ndarray, chunks: tuple[int, int]) -> Any:
+    """A dataset with hdf5storage's pipeline (shuffle, deflate, Fletcher-32); its layout."""
+    from npystore.fetch import open_reader
+    from npystore.files.mat.hdf5 import dataset_layout
+    from npystore.read.access import LayoutArray
+
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=data, chunks=chunks, shuffle=True, fletcher32=True,
+                         compression="gzip", compression_opts=7)  # fmt: skip
+    reader = open_reader(str(path))
+    with h5py.File(path, "r") as f:
+        layout = dataset_layout(f["x"], reader, source="x")
+    return LayoutArray(reader, layout, source="x")
+
+
+def test_chunks_decode_on_every_cpu_inflated_once_and_never_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read of shuffled, deflated, checksummed chunks decodes on as many threads as CPUs
+    (each takes chunks until none is left), inflates each chunk once and unshuffles what
+    the inflater returned, as it is, into a buffer its thread reuses: no per-chunk copy
+    (the copying unshuffle and decode_chunk are never called), then places it."""
+    import threading
+
+    from npystore.formats import h5filters
+    from npystore.read import chunked
+
+    data = RNG.integers(0, 100, (120, 160)).astype("<f8")
+    array = _hdf5storage_like(tmp_path / "f.h5", data, (12, 16))  # 100 chunks
+    monkeypatch.setattr(chunked, "_cpus", lambda: 2)
+    both = threading.Barrier(2, timeout=60)  # no thread goes on until two have begun
+    lock = threading.Lock()
+    inflated: dict[int, Any] = {}  # id -> what the inflater returned
+    inflating_threads: set[int] = set()
+    sources: list[int] = []
+    buffers: set[int] = set()
+    real_inflate = h5filters._inflate
+    real_unshuffle_into = chunked.unshuffle_into
+
+    def inflate(data: Any, expected: int, source: str) -> Any:
+        with lock:
+            first = threading.get_ident() not in inflating_threads
+            inflating_threads.add(threading.get_ident())
+        if first:
+            both.wait()
+        out = real_inflate(data, expected, source)
+        with lock:
+            inflated[id(out)] = out  # kept alive: ids stay unique
+        return out
+
+    def unshuffle_into(data: Any, size: int, out: np.ndarray) -> None:
+        with lock:
+            sources.append(id(data))
+            buffers.add(out.__array_interface__["data"][0])
+        real_unshuffle_into(data, size, out)
+
+    def never(*args: Any, **kw: Any) -> Any:
+        raise AssertionError("a per-chunk copy")
+
+    monkeypatch.setattr(h5filters, "_inflate", inflate)
+    monkeypatch.setattr(chunked, "unshuffle_into", unshuffle_into)
+    monkeypatch.setattr(h5filters, "unshuffle", never)
+    monkeypatch.setattr(h5filters, "decode_chunk", never)
+    np.testing.assert_array_equal(array.read(), data)
+    assert len(inflating_threads) == 2
+    assert len(inflated) == len(sources) == 100  # each chunk inflated once, unshuffled once
+    assert set(sources) == set(inflated)  # from the inflater's own buffer
+    assert len(buffers) <= 2  # one reused buffer per thread
+
+
+@pytest.mark.parametrize("libdeflate", [True, False])
+def test_chunk_inflate_with_and_without_libdeflate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, libdeflate: bool
+) -> None:
+    """Whole chunks are inflated by libdeflate into one exact buffer when it is installed;
+    without it (or for a stream that does not give exactly the chunk: the streaming
+    inflater then names the fault) by the streaming inflater: the same values."""
+    from npystore.formats import h5filters as deflate
+
+    body = RNG.integers(0, 9, 5000, dtype=np.uint8).tobytes()
+    stream = zlib.compress(body)
+    if libdeflate:
+        pytest.importorskip("deflate")
+        assert deflate.inflate_zlib_exact(stream, len(body)) == body
+        assert deflate.inflate_zlib_exact(stream, len(body) - 1) is None  # more than asked
+        assert deflate.inflate_zlib_exact(stream, len(body) + 1) is None  # less
+        assert deflate.inflate_zlib_exact(stream[:-1], len(body)) is None  # Adler-32 cut
+    else:
+        monkeypatch.setattr(deflate, "_WHOLE_INFLATER", None)
+        assert deflate.inflate_zlib_exact(stream, len(body)) is None
+    got = decode_chunk(stream, (DEFLATE,), 0, itemsize=1, nbytes=len(body), source="s")
+    assert got == body
+    with pytest.raises(FormatError, match="inflates to more than 4999 bytes"):
+        decode_chunk(stream, (DEFLATE,), 0, itemsize=1, nbytes=4999, source="s")
+    with pytest.raises(FormatError, match="inflates to 5000 bytes, expected 5001"):
+        decode_chunk(stream, (DEFLATE,), 0, itemsize=1, nbytes=5001, source="s")
+    data = RNG.integers(0, 100, (40, 30)).astype(">i4")
+    array = _hdf5storage_like(tmp_path / "f.h5", data, (7, 11))  # edge chunks
+    np.testing.assert_array_equal(array.read(), data)
+    np.testing.assert_array_equal(array[3:37:2, 5:29:3], data[3:37:2, 5:29:3])

@@ -6,7 +6,7 @@ top-level ``__init__``, ``__main__``, ``api`` and ``virtualizarr`` above them al
 ``codecs`` beside ``formats``: numcodecs codecs that peer tools load by entry point, which
 decode bytes with ``formats`` and import nothing else of npystore; ``testing/`` beside).
 
-- ``formats/`` is pure (no fsspec/dask/zarr/IO): stdlib, numpy, codecs (isal, zlib_ng),
+- ``formats/`` is pure (no fsspec/dask/zarr/IO): stdlib, numpy, codecs (isal, zlib_ng, deflate),
   scipy.sparse (lazily, for MATLAB sparse values) and npystore's errors/formats.
 - all IO goes through ``fetch/``: fsspec, s3fs, botocore, aiohttp are imported nowhere
   else (``testing/`` excepted, it builds servers for the tests and the demo; and
@@ -114,7 +114,7 @@ def test_import_rules(path: Path) -> None:
     if rel.startswith("formats/"):
         # pure computation is allowed (no IO library): the fast inflaters, and scipy.sparse
         # for decoding MATLAB sparse matrices (imported lazily, only for sparse values)
-        allowed = STDLIB | {"numpy", "npystore", "isal", "zlib_ng", "scipy"}
+        allowed = STDLIB | {"numpy", "npystore", "isal", "zlib_ng", "deflate", "scipy"}
         assert roots <= allowed, f"{rel} imports {sorted(roots - allowed)}"
     if rel == "errors.py":
         assert not own, f"errors imports {sorted(own)}"

@@ -4,10 +4,14 @@
 as few range requests as the file allows: chunks whose bytes are neighbours share a range, and
 every range of a batch goes in one read (:meth:`~npystore.fetch.RangeReader.readinto_many`,
 or :meth:`~npystore.fetch.RangeReader.start_readinto` when there are several batches) into
-uninitialised buffers: no zero-fill, and no copy for local files. It then undoes each
-chunk's filters (:func:`npystore.formats.h5filters.decode_chunk`) and copies the selected part
-of each chunk into one preallocated output array; a batch's chunks are split into one
-contiguous group per CPU, the calling thread decoding the first (inflating releases the GIL).
+uninitialised buffers: no zero-fill, and no copy for local files. Each chunk's filters are
+undone and its selected part copied into one preallocated output, on one thread per CPU (the
+calling thread one of them), each taking the next few chunks until none is left (a thread the
+machine slows down holds up no fixed share). A chunk is checked where it was read, inflated
+once (into one buffer, by libdeflate when installed), unshuffled into a buffer its thread
+reuses and copied into place (:mod:`~npystore.formats.h5filters`' ``chunk_steps``,
+``undo_steps``, ``unshuffle_into``); all but a few microseconds of Python and the Fletcher-32
+check per chunk release the GIL.
 
 Batches are fetched while earlier ones decode, each decoded as soon as its bytes are in
 (:class:`_Pace` says how a read is cut and how much of it is held at once):
@@ -21,11 +25,11 @@ Batches are fetched while earlier ones decode, each decoded as soon as its bytes
 
 Chunks never written read as the fill value.
 
-Shuffle and Fletcher-32 are undone with numcodecs' compiled kernels (:class:`_Numcodecs`,
-measured 1.5-5x faster than numpy's per chunk, with no threads of their own) once a read
-decodes at least :data:`FAST_FILTERS_MIN` bytes through them, or numcodecs is imported
-already; smaller reads use :mod:`npystore.formats.h5filters`' own (importing numcodecs
-costs more than it saves there), as does an install without numcodecs.
+Fletcher-32 is checked with numcodecs' compiled kernel (:class:`_Numcodecs`, 1.5-5x faster
+than numpy's, no threads of its own) once a read decodes :data:`FAST_FILTERS_MIN` bytes or
+more through it, or numcodecs is imported already (importing it costs more than it saves on
+less); numpy's otherwise. The final unshuffle is numpy's, a byte position at a time
+(numcodecs' holds the GIL; numpy's copies do not, and are no slower).
 
 Memory stays bounded: chunks are planned in groups of at most ``_PLAN_CHUNKS`` and at most
 :attr:`_Pace.held_bytes` stored bytes (fetched or in flight, not yet decoded) are held at once.
@@ -33,6 +37,7 @@ Memory stays bounded: chunks are planned in groups of at most ``_PLAN_CHUNKS`` a
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import sys
@@ -48,9 +53,11 @@ from npystore.errors import FormatError, missing_dependency
 from npystore.fetch import RangeReader
 from npystore.formats.h5filters import (
     FLETCHER32,
-    SHUFFLE,
+    ChunkSteps,
     FilterKernels,
-    decode_chunk,
+    chunk_steps,
+    undo_steps,
+    unshuffle_into,
     unsupported_filters,
 )
 from npystore.read.layout import ArrayLayout, ChunkedExtent, Hyperslab
@@ -69,6 +76,8 @@ _REMOTE_RANGE_MIN: Final = 1 * 2**20
 _REMOTE_RANGE_MAX: Final = 4 * 2**20
 #: Chunks per decoding thread below which a batch is decoded in the calling thread.
 _POOL_MIN_CHUNKS: Final = 4
+#: Most chunks a decoding thread takes at a time (fewer when a batch has few chunks).
+_GRAIN_CHUNKS: Final = 8
 #: Decoded bytes of shuffled or Fletcher-32 chunks from which one read imports numcodecs
 #: for its kernels (the import costs some 30 ms; they save 0.5-8 ms per MiB).
 FAST_FILTERS_MIN: Final = 16 * 2**20
@@ -296,6 +305,14 @@ class _Reading:
         self.source = source
         self.parallel = parallel
         self.chunk_nbytes = math.prod(storage.chunk_shape) * layout.dtype.itemsize
+        #: each decoding thread's buffer for unshuffled chunks (reused, chunk after chunk)
+        self._local = threading.local()
+        #: per axis, as lists (no numpy scalars per chunk): chunk index, output span, start
+        self._axes = [
+            (h.chunk.tolist(), h.out_lo.tolist(), h.out_hi.tolist(), h.local.tolist(), h.step)
+            for h in hits
+        ]
+        self._steps: dict[int, ChunkSteps] = {}
         #: the filters npystore does not undo itself (decoded by libhdf5, :mod:`h5decode`)
         self.foreign = unsupported_filters(storage.filters)
         chunks = math.prod(len(h.chunk) for h in hits)
@@ -311,15 +328,15 @@ class _Reading:
         """Output and chunk-local slices of the chunk at per-axis hit positions ``pos``."""
         out_sl = []
         local_sl = []
-        for h, j in zip(self.hits, pos, strict=True):
-            lo, hi, start = int(h.out_lo[j]), int(h.out_hi[j]), int(h.local[j])
+        for (_, out_lo, out_hi, local, step), j in zip(self._axes, pos, strict=True):
+            lo, hi, start = out_lo[j], out_hi[j], local[j]
             out_sl.append(slice(lo, hi))
-            local_sl.append(slice(start, start + (hi - lo - 1) * h.step + 1, h.step))
+            local_sl.append(slice(start, start + (hi - lo - 1) * step + 1, step))
         return tuple(out_sl), tuple(local_sl)
 
     def _grid_index(self, pos: Sequence[int]) -> tuple[int, ...]:
         """The chunk's index in the grid, from its per-axis hit positions."""
-        return tuple(int(h.chunk[j]) for h, j in zip(self.hits, pos, strict=True))
+        return tuple(axis[0][j] for axis, j in zip(self._axes, pos, strict=True))
 
     def plan_and_read(self, flat: np.ndarray[Any, np.dtype[np.int64]]) -> None:
         """Fill the output for the chunks at flat hit positions ``flat`` (selection order)."""
@@ -409,18 +426,20 @@ class _Reading:
             wait(running)  # no read may outlive the call (its buffers, its errors)
 
     def _decode_all(self, tasks: list[_Task]) -> None:
-        """Decode and place every chunk: in contiguous groups, one per CPU, the calling
-        thread taking the first (inflating releases the GIL)."""
+        """Decode and place every chunk, one thread per CPU (the calling thread one), each
+        taking the next few chunks until none is left."""
         n = min(_cpus(), len(tasks) // _POOL_MIN_CHUNKS)
         if n <= 1 or not any(self._active(t[1]) for t in tasks):
-            self._decode_many(tasks)
+            self._decode_many(tasks, itertools.count(), len(tasks))
             return
-        size = -(-len(tasks) // n)
-        groups = [tasks[i : i + size] for i in range(0, len(tasks), size)]
+        grain = max(1, min(_GRAIN_CHUNKS, len(tasks) // (4 * n)))
+        taken = itertools.count()  # next() is atomic: each grain goes to one thread
         pool = _pool("decode")
-        futures: list[Future[None]] = [pool.submit(self._decode_many, g) for g in groups[1:]]
+        futures: list[Future[None]] = [
+            pool.submit(self._decode_many, tasks, taken, grain) for _ in range(n - 1)
+        ]
         try:
-            self._decode_many(groups[0])
+            self._decode_many(tasks, taken, grain)
         except BaseException:
             for future in futures:
                 future.cancel()
@@ -430,9 +449,19 @@ class _Reading:
         for future in futures:
             future.result()
 
-    def _decode_many(self, tasks: list[_Task]) -> None:
-        for t in tasks:
-            self._decode_one(*t)
+    def _decode_many(self, tasks: list[_Task], taken: Iterator[int], grain: int) -> None:
+        """Decode grains of ``grain`` tasks, the ``next(taken)``-th each, until none is left
+        (or another thread failed: ``taken`` then runs past the end)."""
+        total = len(tasks)
+        decode = self._decode_one
+        try:
+            while (lo := next(taken) * grain) < total:
+                for data, mask, pos in tasks[lo : lo + grain]:
+                    decode(data, mask, pos)
+        except BaseException:
+            while next(taken) * grain < total:  # the other threads stop: no grain is left
+                pass
+            raise
 
     def _decode_foreign(self, data: memoryview, mask: int, where: str) -> np.ndarray[Any, Any]:
         """A chunk whose pipeline holds a filter npystore does not undo: libhdf5 decodes it."""
@@ -457,78 +486,73 @@ class _Reading:
     def _active(self, mask: int) -> bool:
         return any(not (mask >> i) & 1 for i in range(len(self.storage.filters)))
 
-    def _decode_one(self, data: memoryview, mask: int, pos: tuple[int, ...]) -> None:
-        nbytes = self.chunk_nbytes
-        where = f"{self.source}: chunk {self._grid_index(pos)}"
-        decoded: bytes | memoryview
-        chunk: np.ndarray[Any, Any]
-        if self._active(mask) and self.foreign:
-            chunk = self._decode_foreign(data, mask, where)
-            out_sl, local_sl = self._slices(pos)
-            self.out[out_sl] = chunk[local_sl]
-            return
-        if self._active(mask):
-            decoded = decode_chunk(
-                data,
-                self.storage.filters,
-                mask,
-                itemsize=self.layout.dtype.itemsize,
-                nbytes=nbytes,
-                source=where,
-                kernels=self.kernels,
+    def _steps_of(self, mask: int, where: str) -> ChunkSteps:
+        """How chunks with filter mask ``mask`` are decoded (made once per mask)."""
+        steps = self._steps.get(mask)
+        if steps is None:
+            size = self.layout.dtype.itemsize
+            steps = chunk_steps(
+                self.storage.filters, mask, itemsize=size, nbytes=self.chunk_nbytes, source=where
             )
-        elif data.nbytes != nbytes:
+            self._steps[mask] = steps
+        return steps
+
+    def _decode_one(self, data: memoryview, mask: int, pos: tuple[int, ...]) -> None:
+        """Undo one chunk's filters (a final unshuffle into the thread's own buffer) and copy
+        the selected part into the output."""
+        where = f"{self.source}: chunk {self._grid_index(pos)}"
+        out_sl, local_sl = self._slices(pos)
+        if self.foreign and self._active(mask):
+            self.out[out_sl] = self._decode_foreign(data, mask, where)[local_sl]
+            return
+        steps = self._steps_of(mask, where)
+        nbytes = self.chunk_nbytes
+        if not steps.steps and not steps.shuffle and data.nbytes != nbytes:
             raise FormatError(
                 f"{where}: an unfiltered chunk of {data.nbytes} bytes, expected {nbytes}"
             )
-        else:
-            decoded = data
-        chunk = np.ndarray(
-            self.storage.chunk_shape,
-            dtype=self.layout.dtype,
-            buffer=decoded,
-            order=self.layout.order,
+        decoded = undo_steps(data, steps, nbytes=nbytes, source=where, kernels=self.kernels)
+        if steps.shuffle:
+            scratch: np.ndarray[Any, np.dtype[np.uint8]] | None
+            if (scratch := getattr(self._local, "scratch", None)) is None:
+                scratch = self._local.scratch = np.empty(nbytes, dtype=np.uint8)
+            unshuffle_into(decoded, steps.shuffle, scratch)
+            decoded = memoryview(scratch.data)
+        layout = self.layout
+        chunk: np.ndarray[Any, Any] = np.ndarray(
+            self.storage.chunk_shape, dtype=layout.dtype, buffer=decoded, order=layout.order
         )
-        out_sl, local_sl = self._slices(pos)
         self.out[out_sl] = chunk[local_sl]
 
 
 class _Numcodecs:
-    """numcodecs' compiled Fletcher-32 and unshuffle, as
-    :class:`~npystore.formats.h5filters.FilterKernels` (the same results as numpy's)."""
+    """numcodecs' compiled Fletcher-32, as :class:`~npystore.formats.h5filters.FilterKernels`
+    (the same results as numpy's)."""
 
-    def __init__(self, fletcher32: Any, shuffle: Any) -> None:
+    def __init__(self, fletcher32: Any) -> None:
         self._fletcher32 = fletcher32()
-        self._shuffle = shuffle
 
     def fletcher32_body(self, data: bytes | bytearray | memoryview) -> memoryview | None:
         try:  # HDF5's algorithm (H5_checksum_fletcher32), checksum little-endian at the end
-            return memoryview(self._fletcher32.decode(data))
+            # an ndarray goes through numcodecs' argument checks fastest (the GIL is held)
+            return memoryview(self._fletcher32.decode(np.frombuffer(data, np.uint8)))
         except RuntimeError:  # a mismatch: the caller's check says which (or the old form)
             return None
 
-    def unshuffle(self, data: bytes | bytearray | memoryview, element_size: int) -> memoryview:
-        raw = np.frombuffer(data, np.uint8)
-        whole = raw.size // element_size * element_size
-        out = np.empty(raw.size, np.uint8)
-        self._shuffle(element_size).decode(raw[:whole], out=out[:whole])
-        out[whole:] = raw[whole:]  # trailing bytes of no whole element: as they are
-        return memoryview(out.data)
-
 
 def _kernels(storage: ChunkedExtent, decoded: int) -> FilterKernels | None:
-    """numcodecs' kernels for a read decoding ``decoded`` bytes of ``storage``'s chunks, or
-    None: no shuffle or Fletcher-32 in its pipeline, a read too small to repay importing
-    numcodecs (unless it is imported already), or numcodecs not installed."""
-    if not any(int(f.id) in (SHUFFLE, FLETCHER32) for f in storage.filters):
+    """numcodecs' Fletcher-32 for a read decoding ``decoded`` bytes of ``storage``'s chunks,
+    or None: no Fletcher-32 in its pipeline, a read too small to repay importing numcodecs
+    (unless it is imported already), or numcodecs not installed."""
+    if not any(int(f.id) == FLETCHER32 for f in storage.filters):
         return None
     if decoded < FAST_FILTERS_MIN and "numcodecs" not in sys.modules:
         return None
     try:
-        from numcodecs import Fletcher32, Shuffle  # noqa: PLC0415 - costly import
+        from numcodecs import Fletcher32  # noqa: PLC0415 - costly import
     except ImportError:
         return None
-    return _Numcodecs(Fletcher32, Shuffle)
+    return _Numcodecs(Fletcher32)
 
 
 def _merge(
