@@ -68,11 +68,32 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Packages whose wheels or sdists ship .npy/.npz/.mat test data (``collect``).
-WHEELS = (
-    "scipy numpy mne statsmodels pymatreader obspy dipy scikit-learn h5py xarray pandas "
-    "astropy nibabel scikit-image PyWavelets nilearn mat73 hdf5storage matplotlib "
-    "rosettasciio oct2py spm1d neurokit2 tslearn"
-).split()
+WHEELS = [
+    "scipy",
+    "numpy",
+    "mne",
+    "statsmodels",
+    "pymatreader",
+    "obspy",
+    "dipy",
+    "scikit-learn",
+    "h5py",
+    "xarray",
+    "pandas",
+    "astropy",
+    "nibabel",
+    "scikit-image",
+    "PyWavelets",
+    "nilearn",
+    "mat73",
+    "hdf5storage",
+    "matplotlib",
+    "rosettasciio",
+    "oct2py",
+    "spm1d",
+    "neurokit2",
+    "tslearn",
+]
 #: Packages whose test data is only in the sdist.
 SDISTS = ("pymatreader", "mat73", "hdf5storage")
 EXTENSIONS = (".npy", ".npz", ".mat")
@@ -123,7 +144,9 @@ def collect(dest: Path) -> None:
     seen: set[str] = set()
     for src in sorted(dl.iterdir()) + sorted(sd.iterdir()):
         match = re.match(r"([A-Za-z0-9_.]+?)-(\d[^-]*?)(?:-|\.tar\.gz$|\.zip$)", src.name)
-        package, version = (match.group(1).lower().replace("_", "-"), match.group(2)) if match else (src.name, "?")
+        package, version = (
+            (match.group(1).lower().replace("_", "-"), match.group(2)) if match else (src.name, "?")
+        )
         for name, data in _archive_members(src):
             digest = hashlib.sha256(data).hexdigest()
             if digest in seen:
@@ -165,7 +188,7 @@ def make(dest: Path) -> None:
     (v4, v5 compressed and not), hdf5storage and h5py (MATLAB's v7.3 layout, and one plain
     HDF5 file)."""
     sys.path.insert(0, str(ROOT / "tests"))
-    import npy_cases  # noqa: PLC0415
+    import npy_cases
 
     dest.mkdir(parents=True, exist_ok=True)
     npy = dest / "numpy"
@@ -197,7 +220,7 @@ def make(dest: Path) -> None:
 
 
 def _mat_values(rng: np.random.Generator) -> dict[str, Any]:
-    import scipy.sparse as sp  # noqa: PLC0415
+    import scipy.sparse as sp
 
     values: dict[str, Any] = {
         "double": rng.standard_normal((7, 5)),
@@ -230,7 +253,7 @@ def _mat_values(rng: np.random.Generator) -> dict[str, Any]:
 
 
 def _make_savemat(dest: Path) -> None:
-    import scipy.io as sio  # noqa: PLC0415
+    import scipy.io as sio
 
     dest.mkdir(parents=True, exist_ok=True)
     values = _mat_values(np.random.default_rng(1))
@@ -246,11 +269,11 @@ def _make_savemat(dest: Path) -> None:
 
 
 def _make_h5(dest: Path) -> None:
-    import h5py  # noqa: PLC0415
+    import h5py
 
     dest.mkdir(parents=True, exist_ok=True)
     try:
-        import hdf5storage  # noqa: PLC0415
+        import hdf5storage
 
         values = _mat_values(np.random.default_rng(2))
         simple = {k: values[k] for k in ("double", "single", "nd", "big", "cplx", "logical",
@@ -259,7 +282,7 @@ def _make_h5(dest: Path) -> None:
         simple["cell"] = np.array([[np.arange(3.0), np.array([[2.0]])]], dtype=object)
         hdf5storage.savemat(str(dest / "hdf5storage-v73.mat"), simple, format="7.3",
                             matlab_compatible=True)  # fmt: skip
-    except Exception as e:  # noqa: BLE001 - a writer that fails only loses its file
+    except Exception as e:
         print(f"hdf5storage: {type(e).__name__}: {e}", file=sys.stderr)
     header = b"MATLAB 7.3 MAT-file, Platform: GLNXA64, Created on: corpus.py HDF5 schema 1.00 ."
     rng = np.random.default_rng(3)
@@ -270,9 +293,9 @@ def _make_h5(dest: Path) -> None:
         "compact": {"compact": True},
         "latest-chunked": {"compression": "gzip", "libver": "latest"},
     }.items():
-        kw = dict(kw)
-        libver = kw.pop("libver", None)
-        compact = kw.pop("compact", False)
+        options = dict(kw)
+        libver = options.pop("libver", None)
+        compact = options.pop("compact", False)
         path = dest / f"h5py-{tag}.mat"
         with h5py.File(path, "w", userblock_size=512, libver=libver or "earliest") as f:
             for name, arr in {"a": rng.standard_normal((300, 200)),
@@ -286,8 +309,8 @@ def _make_h5(dest: Path) -> None:
                     tid = h5py.h5t.py_create(data.dtype)
                     h5py.Dataset(h5py.h5d.create(f.id, name.encode(), tid, space, dcpl))[...] = data
                 else:
-                    chunks = (min(50, data.shape[0]), min(50, data.shape[1])) if kw else None
-                    f.create_dataset(name, data=data, chunks=chunks, **kw)
+                    chunks = (min(50, data.shape[0]), min(50, data.shape[1])) if options else None
+                    f.create_dataset(name, data=data, chunks=chunks, **options)
                 f[name].attrs["MATLAB_class"] = np.bytes_(
                     "double" if arr.dtype == np.float64 else "int32"
                 )
@@ -343,8 +366,8 @@ def _file_data(raw: bytes) -> tuple[bytes, bool] | None:
     try:
         f = io.BytesIO(raw)
         version = np.lib.format.read_magic(f)
-        shape, fortran, dtype = np.lib.format._read_array_header(f, version)  # noqa: SLF001
-    except Exception:  # noqa: BLE001
+        shape, fortran, dtype = np.lib.format._read_array_header(f, version)
+    except Exception:
         return None
     n = math.prod(shape) * dtype.itemsize
     return raw[f.tell() : f.tell() + n], fortran
@@ -408,7 +431,7 @@ def mat_kind(path: Path) -> str:
 def scipy_flatten(path: Path) -> dict[str, Leaf]:
     """Leaves of ``scipy.io.loadmat`` (v4, v5), in npystore's paths: ``var``, ``var/field``,
     ``var/k`` (cells and struct arrays, column-major), ``var/k/field``."""
-    import scipy.io as sio  # noqa: PLC0415
+    import scipy.io as sio
 
     def load(**kw: Any) -> dict[str, Any]:
         with warnings.catch_warnings():
@@ -428,8 +451,8 @@ def scipy_flatten(path: Path) -> dict[str, Leaf]:
 
 
 def _scipy_leaf(v: Any, vb: Any, path: str, out: dict[str, Leaf]) -> None:
-    import scipy.io.matlab as mio  # noqa: PLC0415
-    import scipy.sparse as sp  # noqa: PLC0415
+    import scipy.io.matlab as mio
+    import scipy.sparse as sp
 
     if sp.issparse(v):
         out[path] = ("sparse", sp.csc_matrix(vb))
@@ -475,7 +498,7 @@ def h5_flatten(path: Path) -> dict[str, Leaf]:
     complex values a ``real``/``imag`` compound, char UTF-16 code units, cells and struct
     arrays datasets of references, scalar structs groups (``MATLAB_fields`` order), sparse
     matrices groups with ``data``, ``ir``, ``jc`` and ``MATLAB_sparse`` rows."""
-    import h5py  # noqa: PLC0415
+    import h5py
 
     out: dict[str, Leaf] = {}
     with h5py.File(path, "r") as f:
@@ -496,13 +519,13 @@ def _attr(obj: Any, key: str) -> Any:
 def _fields(obj: Any) -> list[str]:
     raw = obj.attrs.get("MATLAB_fields")
     if raw is None:
-        return [k for k in obj]
+        return list(obj)
     return [b"".join(np.asarray(x).tolist()).decode() for x in raw]
 
 
 def _h5_leaf(f: Any, obj: Any, path: str, out: dict[str, Leaf]) -> None:
-    import h5py  # noqa: PLC0415
-    import scipy.sparse as sp  # noqa: PLC0415
+    import h5py
+    import scipy.sparse as sp
 
     cls = _attr(obj, "MATLAB_class") or ""
     if isinstance(obj, h5py.Group):
@@ -519,7 +542,9 @@ def _h5_leaf(f: Any, obj: Any, path: str, out: dict[str, Leaf]) -> None:
         fields = _fields(obj)
         members = [obj[k] for k in fields if k in obj]
         is_array = members and all(
-            isinstance(m, h5py.Dataset) and m.dtype == h5py.ref_dtype and "MATLAB_class" not in m.attrs
+            isinstance(m, h5py.Dataset)
+            and m.dtype == h5py.ref_dtype
+            and "MATLAB_class" not in m.attrs
             for m in members
         )
         if is_array:
@@ -541,7 +566,7 @@ def _h5_leaf(f: Any, obj: Any, path: str, out: dict[str, Leaf]) -> None:
     empty = bool(obj.attrs.get("MATLAB_empty", 0))
     if empty:
         dims = tuple(int(x) for x in np.asarray(obj[()]).reshape(-1))
-        if cls == "cell" or cls == "struct":
+        if cls in {"cell", "struct"}:
             out[path] = ("container", cls, dims)
         elif cls == "char":
             out[path] = ("text", [""] * (dims[0] if dims else 0), dims)
@@ -585,11 +610,11 @@ def _compute(v: Any) -> Any:
 def mat_open_flatten(path: Path, hints: dict[str, Leaf]) -> dict[str, Leaf]:
     """open_mat's values as leaves; ``hints`` (the reference's leaves) tell a char array of
     several rows (an object array of str) from a cell of strings, which look alike."""
-    import dask.array as da  # noqa: PLC0415
-    import scipy.sparse as sp  # noqa: PLC0415
+    import dask.array as da
+    import scipy.sparse as sp
 
-    import npystore  # noqa: PLC0415
-    from npystore import MatlabObject, MatStruct  # noqa: PLC0415
+    import npystore
+    from npystore import MatlabObject, MatStruct
 
     out: dict[str, Leaf] = {}
 
@@ -658,7 +683,7 @@ def mat_open_flatten(path: Path, hints: dict[str, Leaf]) -> dict[str, Leaf]:
 def _zarr_tree(root: Any, paths: list[str] | None = None) -> Iterator[tuple[str, Any]]:
     """Every node below a zarr group: those of ``paths``, else walked by listing each
     group (zarr's ``members(max_depth=None)`` relies on consolidated metadata)."""
-    import zarr  # noqa: PLC0415
+    import zarr
 
     if paths is not None:
         for p in paths:
@@ -684,8 +709,8 @@ def _origin(p: str, inverse: dict[str, str]) -> str:
 
 
 def mat_zarr_flatten(root: Any, paths: list[str] | None = None) -> dict[str, Leaf]:
-    import scipy.sparse as sp  # noqa: PLC0415
-    import zarr  # noqa: PLC0415
+    import scipy.sparse as sp
+    import zarr
 
     attrs = root.attrs.asdict()
     renamed = attrs.get("npystore", {}).get("renamed", {})
@@ -718,7 +743,7 @@ def mat_zarr_flatten(root: Any, paths: list[str] | None = None) -> dict[str, Lea
 
 
 def mat_xarray_flatten(path: Path) -> dict[str, Leaf]:
-    import xarray as xr  # noqa: PLC0415
+    import xarray as xr
 
     out: dict[str, Leaf] = {}
     with warnings.catch_warnings():
@@ -731,7 +756,9 @@ def mat_xarray_flatten(path: Path) -> dict[str, Leaf]:
                 p = f"{prefix}/{name}" if prefix else str(name)
                 if var.attrs.get("matlab_class") == "char":
                     values = np.asarray(var.values)
-                    rows = [str(values)] if values.ndim == 0 else [str(x) for x in values.reshape(-1)]
+                    rows = (
+                        [str(values)] if values.ndim == 0 else [str(x) for x in values.reshape(-1)]
+                    )
                     out[p] = ("text", rows, None)
                 else:
                     out[p] = ("array", np.asarray(var.values), "xarray")
@@ -743,11 +770,11 @@ def mat_xarray_flatten(path: Path) -> dict[str, Leaf]:
 def _refs_store(path: Path, zarr_format: int, **kw: Any) -> tuple[Any, list[str]]:
     """The references of ``path`` opened by fsspec's reference file system and zarr, and
     their node paths."""
-    import fsspec  # noqa: PLC0415
-    import zarr  # noqa: PLC0415
-    from zarr.storage import FsspecStore  # noqa: PLC0415
+    import fsspec
+    import zarr
+    from zarr.storage import FsspecStore
 
-    import npystore  # noqa: PLC0415
+    import npystore
 
     refs = npystore.to_kerchunk(str(path), zarr_format=zarr_format, **kw)  # type: ignore[arg-type]
     refs = json.loads(json.dumps(refs))  # what a file of them holds
@@ -767,7 +794,7 @@ def _refs_store(path: Path, zarr_format: int, **kw: Any) -> tuple[Any, list[str]
 
 
 def npy_face(face: str, path: Path, kw: dict[str, Any]) -> dict[str, Any]:
-    import npystore  # noqa: PLC0415
+    import npystore
 
     pickle_kw = {k: v for k, v in kw.items() if k in ("allow_pickle", "encoding")}
     if face == "load":
@@ -775,23 +802,27 @@ def npy_face(face: str, path: Path, kw: dict[str, Any]) -> dict[str, Any]:
     if face == "open":
         return {"": npystore.open_npy(str(path), **pickle_kw).compute()}
     if face == "zarr":
-        import zarr  # noqa: PLC0415
+        import zarr
 
         return {"": np.asarray(zarr.open_array(npystore.open_store(str(path)), mode="r")[...])}
     if face in ("kerchunk2", "kerchunk3"):
         z, _ = _refs_store(path, int(face[-1]))
         return {"": np.asarray((z["data"] if face == "kerchunk2" else z)[...])}
     if face == "xarray":
-        import xarray as xr  # noqa: PLC0415
+        import xarray as xr
 
-        with xr.open_dataset(str(path), engine="npystore", **{k: v for k, v in pickle_kw.items() if k == "allow_pickle"}) as ds:
+        with xr.open_dataset(
+            str(path),
+            engine="npystore",
+            **{k: v for k, v in pickle_kw.items() if k == "allow_pickle"},
+        ) as ds:
             return {"": np.asarray(ds["data"].values)}
     raise ValueError(face)
 
 
 def npz_face(face: str, path: Path, kw: dict[str, Any]) -> dict[str, Any]:
     """Every member a face gives, keyed by member name."""
-    import npystore  # noqa: PLC0415
+    import npystore
 
     pickle_kw = {k: v for k, v in kw.items() if k in ("allow_pickle", "encoding")}
     with zipfile.ZipFile(path) as zf:
@@ -803,7 +834,7 @@ def npz_face(face: str, path: Path, kw: dict[str, Any]) -> dict[str, Any]:
         z = npystore.open_npz(str(path), **pickle_kw)
         return {m: _compute(z[m]) for m in names}
     if face in ("zarr", "kerchunk2", "kerchunk3"):
-        import zarr  # noqa: PLC0415
+        import zarr
 
         paths = None
         if face == "zarr":
@@ -812,18 +843,18 @@ def npz_face(face: str, path: Path, kw: dict[str, Any]) -> dict[str, Any]:
             root, paths = _refs_store(path, int(face[-1]))
         root_attrs = root.attrs.asdict().get("npystore", {})
         out: dict[str, Any] = {m: Skipped(why) for m, why in root_attrs.get("skipped", {}).items()}
-        for p, node in _zarr_tree(root, paths):
+        for _p, node in _zarr_tree(root, paths):
             if isinstance(node, zarr.Array):
                 out[node.attrs.asdict()["npystore"]["member"]] = np.asarray(node[...])
         return out
     if face == "xarray":
-        import xarray as xr  # noqa: PLC0415
+        import xarray as xr
 
         member = {k: m for m, k in npystore.open_npz(str(path)).member_keys.items()}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            tree = xr.open_datatree(str(path), engine="npystore",
-                                    **{k: v for k, v in pickle_kw.items() if k == "allow_pickle"})  # fmt: skip
+            pickling = {k: v for k, v in pickle_kw.items() if k == "allow_pickle"}
+            tree = xr.open_datatree(str(path), engine="npystore", **pickling)
         out = {}
         try:
             for node in tree.subtree:
@@ -860,8 +891,11 @@ def _significant(a: np.ndarray) -> np.ndarray:
     """Native-order values as comparable bytes (x86 long doubles: their 10 bytes)."""
     native = np.ascontiguousarray(a.astype(a.dtype.newbyteorder("=")))
     if native.dtype.type in (np.longdouble, np.clongdouble) and native.dtype.itemsize in (16, 32):
-        b = native.view(np.uint8).reshape(-1, 16)[:, :10] if native.size else np.zeros((0, 10), np.uint8)
-        return b
+        return (
+            native.view(np.uint8).reshape(-1, 16)[:, :10]
+            if native.size
+            else np.zeros((0, 10), np.uint8)
+        )
     return native.view(np.uint8) if native.size else np.zeros(0, np.uint8)
 
 
@@ -877,10 +911,14 @@ def _deep_equal(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_deep_equal(a[k], b[k]) for k in a)
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return type(a) is type(b) and len(a) == len(b) and all(_deep_equal(x, y) for x, y in zip(a, b, strict=True))
+        return (
+            type(a) is type(b)
+            and len(a) == len(b)
+            and all(_deep_equal(x, y) for x, y in zip(a, b, strict=True))
+        )
     try:
-        return bool(a == b) or (a != a and b != b)
-    except Exception:  # noqa: BLE001
+        return bool(a == b) or (a != a and b != b)  # noqa: PLR0124 - NaN equals NaN here
+    except Exception:
         return repr(a) == repr(b)
 
 
@@ -904,16 +942,19 @@ def compare_arrays(
         return ("equal", "") if _deep_equal(got, want) else ("unequal", "object values differ")
     note = ""
     if got.dtype != want.dtype or got.dtype.descr != want.dtype.descr:
-        same_native = (
-            want.dtype.names is None
-            and got.dtype.newbyteorder("=") == want.dtype.newbyteorder("=")
-        )
+        same_native = want.dtype.names is None and got.dtype.newbyteorder(
+            "="
+        ) == want.dtype.newbyteorder("=")
         if exact or not same_native:
             return "unequal", f"dtype {got.dtype.descr} != {want.dtype.descr}"
         note = "native byte order"
-    if order and got.ndim > 1 and got.size > 1:
-        if bool(got.flags.f_contiguous) != bool(want.flags.f_contiguous):
-            return "unequal", "memory order differs"
+    if (
+        order
+        and got.ndim > 1
+        and got.size > 1
+        and bool(got.flags.f_contiguous) != bool(want.flags.f_contiguous)
+    ):
+        return "unequal", "memory order differs"
     if want.dtype.names is not None:
         for name in want.dtype.names:
             status, detail = compare_arrays(got[name], want[name], exact=False)
@@ -929,7 +970,12 @@ def compare_arrays(
         return "unequal", "values differ"
     if exact and want.dtype.type in (np.longdouble, np.clongdouble):
         gm, wm = _memory(got), _memory(want)  # numpy.load keeps the file's 16 bytes
-        if gm is not None and wm is not None and got.flags.c_contiguous == want.flags.c_contiguous and gm != wm:
+        if (
+            gm is not None
+            and wm is not None
+            and got.flags.c_contiguous == want.flags.c_contiguous
+            and gm != wm
+        ):
             return "unequal", "long double padding bytes differ from numpy's"
     return ("equal*", note) if note else ("equal", "")
 
@@ -963,7 +1009,7 @@ def compare_mat(got: Leaf, want: Leaf, version: str) -> tuple[str, str]:
             return "unequal", "values differ"
         return ("equal*", "; ".join(notes)) if notes else ("equal", "")
     if kind == "text":
-        ga, wa = [r for r in got[1]], [r for r in want[1]]
+        ga, wa = list(got[1]), list(want[1])
         if "".join(ga) == "" and "".join(wa) == "":
             return "equal", ""
         if ga == wa:
@@ -991,7 +1037,11 @@ def compare_mat(got: Leaf, want: Leaf, version: str) -> tuple[str, str]:
             return "unequal", f"class {got[1]!r} != {want[1]!r}"
         return "equal", ""
     if kind == "object":
-        return "skipped-documented", f"MATLAB object {want[1]!r}: npystore gives a placeholder naming the class (docs/format-mat.md)"
+        return (
+            "skipped-documented",
+            f"MATLAB object {want[1]!r}: npystore gives a placeholder naming the class "
+            "(docs/format-mat.md)",
+        )
     return ("equal", "") if got == want else ("unequal", "differs")
 
 
@@ -1046,7 +1096,7 @@ class Sweep:
                 return fn(), None
         except Timeout as e:
             return None, f"Timeout: {e}"
-        except Exception as e:  # noqa: BLE001 - every refusal is recorded, with its message
+        except Exception as e:
             return None, _error(e)
 
     def npy_like(self, file: str, path: Path, kind: str) -> None:
@@ -1054,29 +1104,49 @@ class Sweep:
             with deadline(self.timeout), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 want, kw, raw = (npy_oracle if kind == "npy" else npz_oracle)(path)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             oracle_error = _error(e)
             for face in NPY_FACES:
-                got, err = self.run_face(lambda face=face: (npy_face if kind == "npy" else npz_face)(face, path, {}))
+                got, err = self.run_face(
+                    lambda face=face: (npy_face if kind == "npy" else npz_face)(face, path, {})
+                )
                 status = "both-refused" if err else "oracle-failed"
-                self.record(file, kind, face, "*", status, f"oracle {oracle_error}; npystore {err or 'read it'}")
+                self.record(
+                    file,
+                    kind,
+                    face,
+                    "*",
+                    status,
+                    f"oracle {oracle_error}; npystore {err or 'read it'}",
+                )
             return
         for face in NPY_FACES:
             reader = npy_face if kind == "npy" else npz_face
-            got, err = self.run_face(lambda face=face: reader(face, path, kw))
+            got, err = self.run_face(lambda face=face, reader=reader: reader(face, path, kw))
             exact = face in ("load", "open")
             for key, w in want.items():
                 if isinstance(w, bytes) and face not in ("load", "open"):
-                    self.record(file, kind, face, key, "skipped-documented", "not an .npy member (docs/howto-npz.md)")
+                    self.record(
+                        file,
+                        kind,
+                        face,
+                        key,
+                        "skipped-documented",
+                        "not an .npy member (docs/howto-npz.md)",
+                    )
                     continue
                 if err is None and isinstance(got.get(key), Skipped):
-                    self.record(file, kind, face, key, classify_refusal(face, got[key].why), got[key].why)
+                    self.record(
+                        file, kind, face, key, classify_refusal(face, got[key].why), got[key].why
+                    )
                     continue
                 if err is not None:
                     self.record(file, kind, face, key, classify_refusal(face, err), err)
                     continue
                 if key not in got:
-                    self.record(file, kind, face, key, "unequal", f"missing (got {sorted(got)[:5]})")
+                    self.record(
+                        file, kind, face, key, "unequal", f"missing (got {sorted(got)[:5]})"
+                    )
                     continue
                 status, detail = compare_arrays(got[key], w, exact, raw.get(key), face == "load")
                 self.record(file, kind, face, key, status, detail)
@@ -1090,15 +1160,22 @@ class Sweep:
             with deadline(self.timeout), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 want = h5_flatten(path) if version == "7.3" else scipy_flatten(path)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             oracle_error = _error(e)
             for face in MAT_FACES:
                 _, err = self.run_face(lambda face=face: self.mat_face(face, path, {}))
                 status = "both-refused" if err else "oracle-failed"
-                self.record(file, "mat", face, "*", status, f"oracle {oracle_error}; npystore {err or 'read it'}")
+                self.record(
+                    file,
+                    "mat",
+                    face,
+                    "*",
+                    status,
+                    f"oracle {oracle_error}; npystore {err or 'read it'}",
+                )
             return
         for face in MAT_FACES:
-            got, err = self.run_face(lambda face=face: self.mat_face(face, path, want))
+            got, err = self.run_face(lambda face=face, want=want: self.mat_face(face, path, want))
             if err is None and want.get("None", ("",))[0] == "object" and "None" not in got:
                 # scipy reads no name for a top-level opaque object (MATLAB's string,
                 # datetime, classdef objects): it files it under "None" (tests/test_mat5.py)
@@ -1120,7 +1197,9 @@ class Sweep:
                                     "no xarray form: cells, struct arrays, sparse, objects "
                                     "(npystore.faces.xarray.mat)")  # fmt: skip
                     elif w[0] == "object":
-                        self.record(file, "mat", face, p, "skipped-documented", f"MATLAB object {w[1]!r}")
+                        self.record(
+                            file, "mat", face, p, "skipped-documented", f"MATLAB object {w[1]!r}"
+                        )
                     else:
                         self.record(file, "mat", face, p, "unequal", "missing")
                     continue
@@ -1134,9 +1213,9 @@ class Sweep:
         if face == "open":
             return mat_open_flatten(path, hints)
         if face == "zarr":
-            import zarr  # noqa: PLC0415
+            import zarr
 
-            import npystore  # noqa: PLC0415
+            import npystore
 
             return mat_zarr_flatten(zarr.open_group(npystore.open_store(str(path)), mode="r"))
         if face in ("kerchunk2", "kerchunk3"):
@@ -1156,7 +1235,9 @@ def _no_xarray_form(p: str, want: dict[str, Leaf]) -> bool:
             continue
         if leaf[0] in ("sparse", "object"):
             return True
-        if leaf[0] == "container" and (leaf[1] != "struct" or math.prod(leaf[2]) != 1 or i == len(parts)):
+        if leaf[0] == "container" and (
+            leaf[1] != "struct" or math.prod(leaf[2]) != 1 or i == len(parts)
+        ):
             return True
     return False
 
@@ -1172,7 +1253,7 @@ def files_of(folder: Path) -> list[tuple[str, Path]]:
 def sweep(
     folders: list[Path], out_path: Path, timeout: int, only: str | None, limit: int | None = None
 ) -> int:
-    import dask  # noqa: PLC0415
+    import dask
 
     dask.config.set(scheduler="synchronous")  # the deadline's signal reaches the main thread
     os.environ.setdefault("NPYSTORE_INDEX_CACHE", "")
@@ -1193,7 +1274,7 @@ def sweep(
                         s.mat(name, path)
                     else:
                         s.npy_like(name, path, path.suffix.lower()[1:])
-                except Exception:  # noqa: BLE001 - the sweep's own bug: recorded, goes on
+                except Exception:
                     s.record(name, "?", "sweep", "*", "sweep-error", traceback.format_exc()[-800:])
                 took = time.monotonic() - t0
                 print(f"{s.files:4d} {took:6.1f}s {name}", file=sys.stderr, flush=True)

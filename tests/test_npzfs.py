@@ -308,3 +308,26 @@ def test_s3_deflated_member(s3: Any, tmp_path: Path) -> None:
         _seek_reads(f, data)
         f.seek(0)
         np.testing.assert_array_equal(np.load(f), x)
+
+
+def test_a_new_open_reads_the_archive_as_it_is_now(tmp_path: Path) -> None:
+    """An archive rewritten between two ``fsspec.open`` calls: the second reads the new
+    version (fsspec's instance cache used to hand back the first open's instance, pinned to
+    the old version: a ConsistencyError on a fresh open). An instance kept open still
+    refuses the new bytes."""
+    import os
+
+    from npystore.errors import ConsistencyError
+
+    path = tmp_path / "a.npz"
+    np.savez(path, x=np.arange(5))
+    with fsspec.open(f"npz://x.npy::{path}") as f:
+        np.testing.assert_array_equal(np.load(f), np.arange(5))
+    kept = fsspec.filesystem("npz", fo=str(path))
+    np.savez(path, x=np.arange(5) * 10)  # the same size, a new version
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    with fsspec.open(f"npz://x.npy::{path}") as f:
+        np.testing.assert_array_equal(np.load(f), np.arange(5) * 10)
+    with pytest.raises(ConsistencyError, match="changed since it was opened"):
+        kept.cat_file("x.npy")

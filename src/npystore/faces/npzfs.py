@@ -45,6 +45,7 @@ from fsspec.spec import AbstractBufferedFile
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader, open_reader
 from npystore.fetch.cache import IndexCacheOption
+from npystore.fetch.local import LocalRanges
 from npystore.files.zip import MemberInfo, ZipArchive, deflated_member
 from npystore.read.crccheck import CrcLedger
 from npystore.read.index import build_or_load_index, load_cached_index
@@ -133,6 +134,13 @@ class NpzFileSystem(AbstractArchiveFileSystem):  # type: ignore[misc]
             raise ValueError("npz:// needs the archive: fo='s3://bucket/a.npz' or a chained URL")
         url = fo if not target_protocol or split_protocol(fo)[0] else f"{target_protocol}://{fo}"
         self.fo = fo
+        self._target = (url, target_options, index_cache)
+        self._open_archive()
+        self._opened_files = False
+
+    def _open_archive(self) -> None:
+        """Open the archive's current version: its reader (pinned) and directory."""
+        url, target_options, index_cache = self._target
         self.reader: RangeReader = open_reader(url, target_options)
         self.url = self.reader.url
         if self.reader.size < 22:
@@ -143,6 +151,15 @@ class NpzFileSystem(AbstractArchiveFileSystem):  # type: ignore[misc]
         #: The resolved cache directory (None: no cache).
         self.index_cache = self.archive.index_cache
         self.dir_cache: dict[str, dict[str, Any]] | None = None
+
+    def _refresh_if_replaced(self) -> None:
+        """fsspec keeps one instance per archive and hands it to every later ``fsspec.open``:
+        a local archive rewritten since the instance opened it is opened again here (one
+        ``stat``), so a new open reads the new version instead of failing on the old pin.
+        Files already open keep their reader, pinned to the version they started on."""
+        transport = self.reader.transport
+        if isinstance(transport, LocalRanges) and not transport.is_current():
+            self._open_archive()
 
     @classmethod
     def _strip_protocol(cls, path: str) -> str:
@@ -200,6 +217,9 @@ class NpzFileSystem(AbstractArchiveFileSystem):  # type: ignore[misc]
     ) -> AbstractBufferedFile:
         if mode != "rb":
             raise ValueError(f"{self.url}: npz:// is read-only: mode {mode!r}, expected 'rb'")
+        if self._opened_files:
+            self._refresh_if_replaced()
+        self._opened_files = True
         info = self._member(path)
         cls = DeflatedMemberFile if info.compressed else StoredMemberFile
         return cls(

@@ -87,6 +87,13 @@ class LocalRanges(Transport):
         finally:
             os.close(fd)
 
+    def is_current(self) -> bool:
+        """Whether the file at the path is still the one opened (one ``stat``)."""
+        try:
+            return self._pin.changes(os.stat(self.path)) is None
+        except FileNotFoundError:
+            return False
+
     def _check_identity(self, fd: int, when: str) -> None:
         changed = self._pin.changes(os.fstat(fd))
         if changed is not None:
