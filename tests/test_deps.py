@@ -93,7 +93,8 @@ def test_zarr_missing(files: dict[str, Path], tmp_path: Path) -> None:
         assert message.endswith("install it with: pip install 'npystore[zarr]'")
     # kerchunk's Zarr v2 form is plain JSON: it needs no zarr
     done = _blocked(["zarr"], f"import npystore\nprint(len(npystore.to_kerchunk({npy!r})['refs']))")
-    assert (done.returncode, done.stdout.strip()) == (0, "5"), done.stderr
+    # .zgroup, .zattrs, .zmetadata, data/.zarray, data/.zattrs, data/0
+    assert (done.returncode, done.stdout.strip()) == (0, "6"), done.stderr
     _, _, message = _library(["zarr"], "from npystore.tools.convert import convert")
     assert message.startswith("converting to Zarr (npystore convert) needs zarr")
     line = _command(["zarr"], ["convert", npy, str(tmp_path / "out.zarr")])
