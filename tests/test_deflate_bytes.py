@@ -162,6 +162,40 @@ def test_a_first_compute_inflates_the_member_once(
     assert slot.inflated() is None  # every byte was read once: released
 
 
+def test_a_chunk_that_waited_is_served_from_the_kept_member(
+    s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interleaving the CI run hit: a chunk finds nothing kept, waits for the slot while
+    another chunk inflates the whole member and the background thread indexes it; it then
+    holds an index *and* kept bytes, and copies from the kept bytes, not from a checkpoint."""
+    _large(monkeypatch)
+    url, a, _ = _member(s3, tmp_path)
+    z2 = npystore.open_npz(url, storage_options=s3.storage_options, chunks=(50_000,))
+    slot = z2.archive.index_slot("a.npy")
+    assert slot is not None
+    np.testing.assert_array_equal(z2["a"][:50_000].compute(), a[:50_000])  # kept whole
+    inflate.wait_for_background()
+    kept, built = slot.inflated(), slot.get()
+    assert kept is not None
+    assert built is not None
+    slot.drop()  # as the waiting chunk saw it: nothing kept yet
+
+    def other_threads_meanwhile(build: Any) -> Any:
+        slot.keep(kept, until_read=True)
+        return built
+
+    resumed: list[int] = []
+    resume = inflate.deflate.inflate_from_into
+    monkeypatch.setattr(slot, "ensure", other_threads_meanwhile)
+    monkeypatch.setattr(
+        inflate.deflate,
+        "inflate_from_into",
+        lambda *a, **k: resumed.append(1) or resume(*a, **k),
+    )
+    np.testing.assert_array_equal(z2["a"][600_000:650_000].compute(), a[600_000:650_000])
+    assert resumed == []
+
+
 def test_kept_members_are_bounded(s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _large(monkeypatch)
     url, a, _ = _member(s3, tmp_path)

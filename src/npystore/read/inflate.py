@@ -180,7 +180,9 @@ def inflate_range_into(
         index = slot.get()
     else:
         index = slot.ensure(functools.partial(_index_or_whole, reader, member, slot, out.nbytes))
-        if index is None and slot.serve(start, out):
+        # another chunk's call may have kept the whole member while this one waited, and
+        # its background index may be built already: the kept bytes serve first either way
+        if slot.serve(start, out):
             return
     if index is None:
         _from_start(reader, member, start, out)
