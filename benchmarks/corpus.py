@@ -811,11 +811,7 @@ def npy_face(face: str, path: Path, kw: dict[str, Any]) -> dict[str, Any]:
     if face == "xarray":
         import xarray as xr
 
-        with xr.open_dataset(
-            str(path),
-            engine="npystore",
-            **{k: v for k, v in pickle_kw.items() if k == "allow_pickle"},
-        ) as ds:
+        with xr.open_dataset(str(path), engine="npystore", **pickle_kw) as ds:
             return {"": np.asarray(ds["data"].values)}
     raise ValueError(face)
 
@@ -853,8 +849,7 @@ def npz_face(face: str, path: Path, kw: dict[str, Any]) -> dict[str, Any]:
         member = {k: m for m, k in npystore.open_npz(str(path)).member_keys.items()}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            pickling = {k: v for k, v in pickle_kw.items() if k == "allow_pickle"}
-            tree = xr.open_datatree(str(path), engine="npystore", **pickling)
+            tree = xr.open_datatree(str(path), engine="npystore", **pickle_kw)
         out = {}
         try:
             for node in tree.subtree:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +119,34 @@ def test_python2_pickles_need_encoding_latin1_as_in_numpy(tmp_path: Path) -> Non
     np.savez(tmp_path / "py2.npz", v=np.array([0]))  # an archive takes the options too
     z = npystore.open_npz(str(tmp_path / "py2.npz"), encoding="latin1", fix_imports=False)
     assert int(z["v"].compute()[0]) == 0
+
+
+def test_the_xarray_engine_takes_the_pickle_encoding(tmp_path: Path) -> None:
+    """xarray's engine passes ``encoding``/``fix_imports`` as numpy.load takes them: for one
+    file, a member of an archive, and a dataset of many files."""
+    import xarray as xr
+
+    path = tmp_path / "py2.npy"
+    _py2_pickle_npy(path)
+    want = np.load(path, allow_pickle=True, encoding="latin1")
+    with pytest.raises(ValueError, match="could not be unpickled"):
+        xr.open_dataset(path, engine="npystore", allow_pickle=True)["data"].values  # noqa: B018
+    ds = xr.open_dataset(path, engine="npystore", allow_pickle=True, encoding="latin1")
+    _same(ds["data"].values, want)
+    with zipfile.ZipFile(tmp_path / "py2.npz", "w") as zf:
+        zf.writestr("v.npy", path.read_bytes())
+    ds = xr.open_dataset(tmp_path / "py2.npz", engine="npystore", allow_pickle=True,
+                         encoding="bytes")  # fmt: skip
+    assert ds["v"].values[0] == b"caf\xe9!"
+    (tmp_path / "many").mkdir()
+    for i in range(2):
+        (tmp_path / "many" / f"{i}.npy").write_bytes(path.read_bytes())
+    ds = xr.open_dataset(
+        str(tmp_path / "many" / "*.npy"), engine="npystore", allow_pickle=True, encoding="latin1"
+    )
+    _same(ds["data"].values, np.concatenate([want, want]))
+    with pytest.raises(ValueError, match="encoding must be"):
+        xr.open_dataset(path, engine="npystore", allow_pickle=True, encoding="utf-16")
 
 
 # -- numpy.load's other behaviours ---------------------------------------------------------

@@ -26,6 +26,7 @@ from npystore.files.open import sniff_source
 from npystore.formats.mat5 import CharErrors
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
 from npystore.read.access import LayoutArray
+from npystore.read.layout import Unpickle
 
 __all__ = ["OpenedFile", "SkippedVariableWarning"]
 
@@ -72,6 +73,7 @@ class OpenedFile:
         squeeze: bool,
         *,
         char_errors: CharErrors = "strict",
+        unpickle: Unpickle = Unpickle(),  # noqa: B008 - frozen
     ) -> OpenedFile:
         """Sniff and open the file at ``url`` (headers and metadata only).
 
@@ -90,6 +92,9 @@ class OpenedFile:
         char_errors : {"strict", "replace"}
             MAT v6/v7 files only: chars that are not valid UTF-8 (see
             :func:`npystore.open_mat`).
+        unpickle : Unpickle
+            How object arrays' pickles are loaded (``numpy.load``'s ``encoding`` and
+            ``fix_imports``).
 
         Returns
         -------
@@ -100,9 +105,15 @@ class OpenedFile:
         reader, prefix, kind = found.reader, found.prefix, found.kind
         obj: Any
         if kind == "npy":
-            obj = open_layout_array(reader, prefix, allow_pickle, DEFAULT_MAX_HEADER_SIZE)
+            obj = open_layout_array(reader, prefix, allow_pickle, DEFAULT_MAX_HEADER_SIZE, unpickle)
         elif kind == "npz":
-            obj = npz_from_reader(reader, allow_pickle=allow_pickle, index_cache=index_cache)
+            obj = npz_from_reader(
+                reader,
+                allow_pickle=allow_pickle,
+                index_cache=index_cache,
+                fix_imports=unpickle.fix_imports,
+                encoding=unpickle.encoding,
+            )
         else:
             obj = mat_from_reader(reader, prefix, char_errors=char_errors)
         return cls(reader, kind, obj, squeeze, allow_pickle)

@@ -20,6 +20,7 @@ from npystore.faces.xarray.names import drop_set
 from npystore.fetch.cache import IndexCacheOption
 from npystore.files.open import is_npy_or_matlab
 from npystore.formats.mat5 import CharErrors
+from npystore.read.layout import Unpickle
 
 __all__ = ["EXTENSIONS", "NpystoreBackendEntrypoint"]
 
@@ -58,6 +59,8 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         "dims",
         "squeeze",
         "allow_pickle",
+        "encoding",
+        "fix_imports",
         "index_cache",
         "char_errors",
         *_DECODERS,
@@ -73,6 +76,8 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         dims: Mapping[str, Sequence[str]] | None = None,
         squeeze: bool = False,
         allow_pickle: bool = False,
+        encoding: str = "ASCII",
+        fix_imports: bool = True,
         index_cache: IndexCacheOption = None,
         char_errors: CharErrors = "strict",
         mask_and_scale: Any = None,
@@ -107,6 +112,9 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
             sizes are at least 2-D).
         allow_pickle : bool
             Allow object arrays (stored as pickles; unpickling runs code from the file).
+        encoding, fix_imports : str, bool
+            How object arrays' pickles are loaded, as in :func:`numpy.load`: ``encoding``
+            is ``"ASCII"``, ``"latin1"`` (Python 2 pickles of numpy arrays) or ``"bytes"``.
         index_cache : str, bool or None
             ``.npz`` only: where deflate checkpoint indexes are kept (see
             :func:`npystore.open_npz`; False: nowhere).
@@ -136,6 +144,8 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         del concat_characters, decode_coords
         from npystore.fetch.naming import is_folder, is_many  # noqa: PLC0415
 
+        unpickle = Unpickle(encoding, fix_imports)  # checks the encoding first
+
         if is_many(filename_or_obj) or is_folder(_as_url(filename_or_obj), storage_options):
             if group is not None:
                 raise ValueError("group applies to one file, not to a dataset of .npy files")
@@ -143,7 +153,7 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
 
             return sharded_dataset(
                 filename_or_obj, storage_options, allow_pickle, dims or {},
-                drop_set(drop_variables),
+                drop_set(drop_variables), unpickle,
             )  # fmt: skip
         opened = OpenedFile.open(
             _as_url(filename_or_obj),
@@ -152,6 +162,7 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
             index_cache,
             squeeze,
             char_errors=char_errors,
+            unpickle=unpickle,
         )
         try:
             return opened.dataset(group, drop_set(drop_variables), dims or {})
@@ -168,6 +179,8 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         dims: Mapping[str, Sequence[str]] | None = None,
         squeeze: bool = False,
         allow_pickle: bool = False,
+        encoding: str = "ASCII",
+        fix_imports: bool = True,
         index_cache: IndexCacheOption = None,
         char_errors: CharErrors = "strict",
         **decoders: Any,
@@ -194,6 +207,7 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
             index_cache,
             squeeze,
             char_errors=char_errors,
+            unpickle=Unpickle(encoding, fix_imports),
         )
         try:
             drop = drop_set(drop_variables)

@@ -20,6 +20,7 @@ from xarray.core import indexing
 
 from npystore.faces.many import shard_chunks
 from npystore.files.many import sharded_npy
+from npystore.read.layout import Unpickle
 from npystore.read.shards import ShardedArray
 
 __all__ = ["ShardedBackendArray", "sharded_dataset"]
@@ -51,9 +52,12 @@ def sharded_dataset(
     allow_pickle: bool,
     dims: Mapping[str, Sequence[str]],
     drop: frozenset[str] | set[str],
+    unpickle: Unpickle = Unpickle(),  # noqa: B008 - frozen
 ) -> xr.Dataset:
     """One dataset over the ``.npy`` files ``urls`` names (a list, a glob, a folder)."""
-    array = sharded_npy(urls, storage_options=storage_options, allow_pickle=allow_pickle)
+    array = sharded_npy(
+        urls, storage_options=storage_options, allow_pickle=allow_pickle, unpickle=unpickle
+    )
     unknown = set(dims) - {VARIABLE}
     if unknown:
         raise ValueError(f"dims names {sorted(unknown)}: a dataset of .npy files has only 'data'")
