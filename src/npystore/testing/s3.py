@@ -15,7 +15,6 @@ filesystem is built.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib
 import logging
@@ -153,6 +152,15 @@ class S3Endpoint:
     def running(self) -> bool:
         """Whether the server is running."""
         return self._endpoint_url is not None
+
+    def _attach(self, url: str | None) -> None:
+        """Take the running server's URL, or (None) forget it and close the boto3 client
+        made for it."""
+        self._endpoint_url = url
+        if url is None:
+            client, self._client = self._client, None
+            if client is not None:
+                client.close()
 
     @property
     def endpoint_url(self) -> str:
@@ -471,11 +479,7 @@ class LocalS3(S3Endpoint):
         """Stop the server and close the cached boto3 client; idempotent."""
         with self._lock:
             server, self._server = self._server, None
-            client, self._client = self._client, None
-            self._endpoint_url = None
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    client.close()
+            self._attach(None)
             try:
                 if server is not None:
                     _stop_promptly(server)

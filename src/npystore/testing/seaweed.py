@@ -13,17 +13,13 @@ objects, :meth:`~npystore.testing.s3.S3Endpoint.sandbox`) is the one of
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
-from typing import Any, ClassVar, Final, Self
+from typing import Any, ClassVar, Final
 
 from npystore.testing.s3 import S3Endpoint
-from npystore.testing.servers import find_program, free_ports, start_process, stop_process
+from npystore.testing.servers import ChildServer, Launch, find_program, free_ports
 
 __all__ = ["WEED_ENV", "SeaweedS3"]
 
@@ -40,14 +36,9 @@ _PORTS: Final = (
     "s3.port",
     "s3.port.grpc",
 )
-#: Attempts at starting (a free port taken by another process in between fails one).
-_STARTS: Final = 3
-#: Seconds ``weed`` gets to exit after SIGTERM before it is killed (it waits 10 s for
-#: clients it does not have here).
-_GRACE: Final = 2.0
 
 
-class SeaweedS3(S3Endpoint):
+class SeaweedS3(S3Endpoint, ChildServer):
     """``weed server -s3`` on 127.0.0.1, stopped by its PID.
 
     Parameters
@@ -70,6 +61,9 @@ class SeaweedS3(S3Endpoint):
     ...     server.put(f"s3://{bucket}/a.bin", b"hello")
     """
 
+    NAME: ClassVar[str] = "weed server"
+    #: ``weed`` waits 10 s for clients it does not have here after SIGTERM: killed sooner.
+    GRACE: ClassVar[float] = 2.0
     KEY: ClassVar[str] = "npystore-test"
     SECRET: ClassVar[str] = "npystore-test-secret"
     #: botocore's checksums only when required, as with other S3-compatible servers.
@@ -82,101 +76,37 @@ class SeaweedS3(S3Endpoint):
         super().__init__()
         self.root = Path(root) if root is not None else None
         self.volume_mb = volume_mb
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._tmp: str | None = None
 
-    def start(self) -> Self:
-        """Start the server and wait until its S3 gateway stores objects; a no-op if running."""
-        if self._proc is not None:
-            return self
-        weed = find_program("weed", WEED_ENV)
-        if self.root is None:
-            self._tmp = tempfile.mkdtemp(prefix="npystore-seaweed-")
-            root = Path(self._tmp)
-        else:
-            root = self.root
-        data = root / "data"
+    def _program(self) -> str:
+        return find_program("weed", WEED_ENV)
+
+    def _launch(self, program: str, folder: Path) -> Launch:
+        data = (self.root if self.root is not None else folder) / "data"
         data.mkdir(parents=True, exist_ok=True)  # weed wants it to exist
-        config = root / "s3.json"
+        config = folder / "s3.json"
         identity = {"accessKey": self.KEY, "secretKey": self.SECRET}
-        config.write_text(
-            json.dumps(
-                {
-                    "identities": [
-                        {
-                            "name": "npystore",
-                            "credentials": [identity],
-                            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-                        }
-                    ]
-                }
-            )
-        )
-        problem: BaseException | None = None
-        for _ in range(_STARTS):
-            ports = dict(zip(_PORTS, free_ports(len(_PORTS)), strict=True))
-            args = [
-                weed,
-                "server",
-                f"-dir={data}",
-                "-ip=127.0.0.1",
-                "-ip.bind=127.0.0.1",
-                "-master.telemetry=false",  # else it reports to an outside host
-                f"-master.volumeSizeLimitMB={self.volume_mb}",
-                "-volume.max=0",  # as many volumes as the disk holds
-                "-volume.preStopSeconds=0",  # stop at once (default: 10 s)
-                "-s3",
-                f"-s3.config={config}",
-                "-s3.port.iceberg=0",
-                "-s3.port.lance=0",
-                *(f"-{name}={port}" for name, port in ports.items()),
-            ]
-            endpoint = f"http://127.0.0.1:{ports['s3.port']}"
-            try:
-                self._proc = start_process(
-                    args,
-                    ports["s3.port"],
-                    what="weed server",
-                    log=root / "weed.log",
-                    cwd=root,
-                    ready=lambda e=endpoint: _stores(e),  # type: ignore[misc]
-                )
-            except RuntimeError as exc:
-                problem = exc
-                continue
-            self._endpoint_url = endpoint
-            return self
-        self._cleanup()
-        raise RuntimeError(f"SeaweedFS did not start after {_STARTS} attempts: {problem}")
-
-    def stop(self) -> None:
-        """Stop the server (by its PID) and remove its temporary data; idempotent."""
-        proc, self._proc = self._proc, None
-        client, self._client = self._client, None
-        self._endpoint_url = None
-        if client is not None:
-            client.close()
-        stop_process(proc, timeout=_GRACE)
-        self._cleanup()
-
-    def _cleanup(self) -> None:
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        return f"<SeaweedS3 {self._endpoint_url or 'stopped'}>"
+        actions = ["Admin", "Read", "Write", "List", "Tagging"]
+        user = {"name": "npystore", "credentials": [identity], "actions": actions}
+        config.write_text(json.dumps({"identities": [user]}))
+        ports = dict(zip(_PORTS, free_ports(len(_PORTS)), strict=True))
+        args = [
+            program,
+            "server",
+            f"-dir={data}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            "-master.telemetry=false",  # else it reports to an outside host
+            f"-master.volumeSizeLimitMB={self.volume_mb}",
+            "-volume.max=0",  # as many volumes as the disk holds
+            "-volume.preStopSeconds=0",  # stop at once (default: 10 s)
+            "-s3",
+            f"-s3.config={config}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            *(f"-{name}={port}" for name, port in ports.items()),
+        ]
+        endpoint = f"http://127.0.0.1:{ports['s3.port']}"
+        return Launch(args, ports["s3.port"], endpoint, ready=lambda: _stores(endpoint))
 
 
 def _stores(endpoint: str) -> bool:

@@ -11,19 +11,25 @@ broken install, not a reason to test less).
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol
+from types import TracebackType
+from typing import Any, ClassVar, Final, Protocol, Self
 
 __all__ = [
     "REQUIRE_ENV",
+    "ChildServer",
+    "Launch",
     "Sandbox",
     "ServerUnavailable",
     "find_program",
@@ -148,6 +154,121 @@ def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) ->
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """One attempt at starting a :class:`ChildServer`: its command line, the port that must
+    accept connections, and the URL clients use once it does."""
+
+    args: list[str]
+    port: int
+    url: str
+    #: Checked after the port answers; the server is ready when it returns True.
+    ready: Callable[[], bool] | None = None
+    #: The working directory (default: the server's temporary folder).
+    cwd: Path | None = None
+
+
+class ChildServer(abc.ABC):
+    """A server program run as a child process on 127.0.0.1, and its lifecycle: started on
+    free ports in a temporary folder of its own (its log, and its data unless told
+    otherwise), retried when another process took a port in between, waited for until it
+    answers, and stopped by its PID (the folder removed). A context manager.
+
+    A subclass names the program (:meth:`_program`), builds each attempt's command line
+    (:meth:`_launch`), and takes or forgets the URL its clients use (:meth:`_attach`).
+    """
+
+    #: The program's name in messages and logs.
+    NAME: ClassVar[str]
+    #: Attempts at starting (a free port taken by another process in between fails one).
+    STARTS: ClassVar[int] = 3
+    #: Seconds the program gets to exit after SIGTERM before it is killed.
+    GRACE: ClassVar[float] = 10.0
+
+    _proc: subprocess.Popen[bytes] | None = None
+    _folder: str | None = None
+    _address: str | None = None
+
+    @abc.abstractmethod
+    def _program(self) -> str:
+        """The program's path (:func:`find_program`).
+
+        Raises
+        ------
+        ServerUnavailable
+            It is not installed.
+        """
+
+    @abc.abstractmethod
+    def _launch(self, program: str, folder: Path) -> Launch:
+        """One attempt's command line, on ports free now; ``folder`` is the server's own."""
+
+    @abc.abstractmethod
+    def _attach(self, url: str | None) -> None:
+        """Take the running server's URL for the client side, or (None) forget it and close
+        the clients made for it."""
+
+    def start(self) -> Self:
+        """Start the server and wait until it answers; a no-op if it is running.
+
+        Raises
+        ------
+        ServerUnavailable
+            The program is not installed.
+        RuntimeError
+            It did not start in :attr:`STARTS` attempts (the message holds its log's end).
+        """
+        if self._proc is not None:
+            return self
+        program = self._program()
+        self._folder = tempfile.mkdtemp(prefix=f"npystore-{self.NAME.split()[0]}-")
+        folder = Path(self._folder)
+        problem: BaseException | None = None
+        for _ in range(self.STARTS):
+            launch = self._launch(program, folder)
+            try:
+                self._proc = start_process(
+                    launch.args,
+                    launch.port,
+                    what=self.NAME,
+                    log=folder / "server.log",
+                    cwd=launch.cwd or folder,  # anything it writes lands in its folder
+                    ready=launch.ready,
+                )
+            except RuntimeError as exc:
+                problem = exc
+                continue
+            self._address = launch.url
+            self._attach(launch.url)
+            return self
+        self.stop()
+        raise RuntimeError(f"{self.NAME} did not start after {self.STARTS} attempts: {problem}")
+
+    def stop(self) -> None:
+        """Stop the server by its PID and remove its temporary folder; idempotent."""
+        proc, self._proc = self._proc, None
+        self._address = None
+        self._attach(None)
+        stop_process(proc, timeout=self.GRACE)
+        folder, self._folder = self._folder, None
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._address or 'stopped'}>"
 
 
 class _Store(Protocol):
