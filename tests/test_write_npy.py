@@ -124,6 +124,28 @@ def test_failure_keeps_previous_file_and_leaves_no_temporary(tmp_path: Path) -> 
     assert sorted(os.listdir(tmp_path)) == ["keep.npy"]
 
 
+def test_a_numpy_array_is_written_to_a_local_file_without_a_dask_graph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As numpy.save writes it, from the calling thread: a dask compute of views of an
+    array already in memory cost a 128 MiB save 30% more than numpy's (benchmarks)."""
+    from npystore.write import npy as write_npy
+
+    def no_graph(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a dask graph was computed")
+
+    monkeypatch.setattr(write_npy, "compute_named", no_graph)
+    for a in (np.arange(100_000, dtype=">i4").reshape(100, 1000), np.zeros((0, 3)), np.float64(2)):
+        out = tmp_path / "n.npy"
+        npystore.save(str(out), a)
+        assert out.read_bytes() == _numpy_bytes(np.asarray(a))
+    f = np.asfortranarray(np.arange(12.0).reshape(3, 4))
+    npystore.save(str(out), f)
+    assert out.read_bytes() == _numpy_bytes(f)
+    with pytest.raises(AssertionError, match="dask graph"):  # a dask array still takes dask
+        npystore.save(str(out), da.arange(10, chunks=5))
+
+
 def test_other_fsspec_filesystems_spool_and_move() -> None:
     import fsspec
 

@@ -110,6 +110,13 @@ def write_npy(sink: Sink, src: Source) -> list[Receipt]:
     """Write ``src`` into ``sink`` (not committed); the parts' receipts."""
     if sink.sequential:
         return write_npy_in_order(sink, src)
+    if src.raw is not None and sink.min_part == 0:
+        # an array in memory into a local file: written from this thread, as numpy.save
+        # writes it (a dask graph over its slabs cost a 128 MiB save 30% more than numpy's)
+        receipts = [sink.write(1, 0, src.header)]
+        if src.raw.nbytes:
+            receipts.append(sink.write(2, len(src.header), src.raw))
+        return receipts
     x = src.data
     keys = x.to_delayed(optimize_graph=True).ravel().tolist()  # type: ignore[no-untyped-call]
     indices = list(np.ndindex(*x.numblocks))

@@ -82,6 +82,9 @@ class Source:
         The array's shape in the order of its bytes (reversed for a Fortran-ordered array).
     itemsize : int
         Bytes per element.
+    raw : numpy.ndarray or None
+        For an array already in memory (numpy), its bytes in file order (uint8, the views
+        :attr:`data`'s blocks are): written directly where the sink takes any offset.
     """
 
     data: da.Array
@@ -89,6 +92,7 @@ class Source:
     nbytes: int
     shape: tuple[int, ...] = ()
     itemsize: int = 1
+    raw: np.ndarray[Any, Any] | None = None
 
     @property
     def size(self) -> int:
@@ -147,7 +151,8 @@ def as_source(array: Any, source: str) -> Source:
         # structured array through dask would not keep them)
         raw = flat.reshape(-1).view(np.uint8) if flat.size else np.empty(0, np.uint8)
         data = _views(raw, NUMPY_SLAB)
-        shape, itemsize = tuple(flat.shape), a.dtype.itemsize
+        nbytes = math.prod(data.shape) * data.dtype.itemsize
+        return Source(data, header, nbytes, tuple(flat.shape), a.dtype.itemsize, raw)
     nbytes = math.prod(data.shape) * data.dtype.itemsize
     return Source(data, header, nbytes, shape, itemsize)
 
