@@ -631,6 +631,10 @@ def mat_open_flatten(path: Path, hints: dict[str, Leaf]) -> dict[str, Leaf]:
                 leaf(x, f"{p}/{k}")
         elif isinstance(v, str):
             out[p] = ("text", [v], None)
+        elif isinstance(v, np.ndarray) and v.dtype.names is not None and v.size == 0:
+            # an empty struct array: an empty structured array (docs/howto-matlab.md)
+            cls = (v.dtype.metadata or {}).get("matlab_class", "struct")
+            out[p] = ("container", cls, v.shape)
         elif isinstance(v, np.ndarray) and v.dtype == object:
             elements = [v[i] for i in _fortran_indices(v.shape)] if v.size else []
             if hints.get(p, ("",))[0] == "text" and all(isinstance(e, str) for e in elements):
