@@ -15,9 +15,8 @@ import pytest
 import scipy.io as sio
 
 import npystore
-from npystore import MatStruct
-
 from mat_corpus import CORPUS, CORPUS_FOUND
+from npystore import MatStruct
 
 zarr = pytest.importorskip("zarr")
 xr = pytest.importorskip("xarray")
