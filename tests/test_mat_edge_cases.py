@@ -17,6 +17,7 @@ import scipy.io as sio
 import npystore
 from mat_corpus import CORPUS, CORPUS_FOUND
 from npystore import MatStruct
+from npystore.tools import cli
 
 zarr = pytest.importorskip("zarr")
 xr = pytest.importorskip("xarray")
@@ -103,7 +104,9 @@ def test_struct_with_no_fields_on_every_face(tmp_path: Path) -> None:
 # ------------------------------------------------------------ empty struct arrays
 
 
-def test_empty_struct_arrays_keep_class_and_fields(tmp_path: Path) -> None:
+def test_empty_struct_arrays_keep_class_and_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A struct array with fields but no elements (MATLAB's ``struct('a', {})``, 0x0, 1x0)
     read as an empty object array: indistinguishable from an empty cell, its fields lost.
     It is an empty structured array, as scipy.io.loadmat gives it."""
@@ -133,6 +136,8 @@ def test_empty_struct_arrays_keep_class_and_fields(tmp_path: Path) -> None:
                 assert value.dtype.metadata == {"matlab_class": "struct"}, path
             cell = m["c"]  # an empty cell stays an empty object array
             assert (cell.shape, cell.dtype, cell.dtype.names) == ((0, 3), object, None), path
+        assert cli.main(["cat", f"{path}:s"]) == 0
+        assert capsys.readouterr().out.strip() == "1x0 struct array, fields: a, bb"
 
 
 @pytest.mark.skipif(not CORPUS_FOUND, reason="MATLAB corpus not found")
