@@ -26,10 +26,14 @@ kind      faces
 
 References: ``numpy.load`` (``allow_pickle``/``encoding`` as the file needs), and for MAT-files
 ``scipy.io.loadmat`` (v4, v5: ``mat_dtype=True``, no squeezing, the char grid) or h5py
-(v7.3: the MATLAB layout read directly, written out below in :func:`h5_flatten`).
+(v7.3: the MATLAB layout read directly, written out below in :func:`h5_flatten`; MATLAB's
+``canonical empty`` is ``[]``, a 0x0 double; a function handle one object). A sparse
+group of the Zarr faces is rebuilt from the first ``jc[-1]`` entries of ``data`` and ``ir``
+(MATLAB stores ``nzmax >= nnz``; docs/howto-matlab.md).
 
 Outcomes: ``equal``; ``equal*`` (equal under a convention the docs state, e.g. npystore's
-native byte order through Zarr, logical sparse as ``bool``, MATLAB's ``[]`` as 0x0);
+native byte order through Zarr, logical sparse as ``bool``, MATLAB's ``[]`` as 0x0, a v5
+double sparse matrix stored as ``miUINT8`` as ``float64`` where scipy keeps ``uint8``);
 ``unequal``; ``refused`` (npystore raised: a refusal the docs state is ``refused-documented``,
 any other ``refused-unexpected``); ``skipped-documented`` (a face that has no form for the
 value, as documented: cells in xarray); ``oracle-failed`` (the reference reader raised;
