@@ -26,10 +26,14 @@ kind      faces
 
 References: ``numpy.load`` (``allow_pickle``/``encoding`` as the file needs), and for MAT-files
 ``scipy.io.loadmat`` (v4, v5: ``mat_dtype=True``, no squeezing, the char grid) or h5py
-(v7.3: the MATLAB layout read directly, written out below in :func:`h5_flatten`).
+(v7.3: the MATLAB layout read directly, written out below in :func:`h5_flatten`; MATLAB's
+``canonical empty`` is ``[]``, a 0x0 double; a function handle one object). A sparse
+group of the Zarr faces is rebuilt from the first ``jc[-1]`` entries of ``data`` and ``ir``
+(MATLAB stores ``nzmax >= nnz``; docs/howto-matlab.md).
 
 Outcomes: ``equal``; ``equal*`` (equal under a convention the docs state, e.g. npystore's
-native byte order through Zarr, logical sparse as ``bool``, MATLAB's ``[]`` as 0x0);
+native byte order through Zarr, logical sparse as ``bool``, MATLAB's ``[]`` as 0x0, a v5
+double sparse matrix stored as ``miUINT8`` as ``float64`` where scipy keeps ``uint8``);
 ``unequal``; ``refused`` (npystore raised: a refusal the docs state is ``refused-documented``,
 any other ``refused-unexpected``); ``skipped-documented`` (a face that has no form for the
 value, as documented: cells in xarray); ``oracle-failed`` (the reference reader raised;
@@ -122,6 +126,14 @@ DOCUMENTED: list[tuple[str, str, str]] = [
         "zarr|kerchunk2|kerchunk3",
         r"object array",
         "docs/howto-zarr.md (object arrays have no Zarr form)",
+    ),
+    (
+        # every face refuses invalid UTF-8 in miUTF8 chars by default, naming the option
+        # that reads them as scipy does (open_mat, open_store, to_kerchunk, the xarray
+        # engine and the VirtualiZarr parser all take char_errors)
+        ".*",
+        r"invalid UTF-8 .*char_errors='replace'",
+        "docs/format-mat.md (Level 5: invalid UTF-8 in miUTF8 data, char_errors)",
     ),
 ]
 
@@ -528,6 +540,13 @@ def _h5_leaf(f: Any, obj: Any, path: str, out: dict[str, Leaf]) -> None:
     import scipy.sparse as sp
 
     cls = _attr(obj, "MATLAB_class") or ""
+    if isinstance(obj, h5py.Group) and cls == "function_handle":
+        # MATLAB writes a function handle as a group (MATLAB_object_decode = 1) of fields
+        # that are not the handle's MATLAB value (matlabroot, sentinel, a workspace in
+        # #subsystem#): one object, as scipy's MatlabFunction is for v5 files; npystore
+        # gives a placeholder naming the class (docs/howto-matlab.md)
+        out[path] = ("object", cls)
+        return
     if isinstance(obj, h5py.Group):
         if "MATLAB_sparse" in obj.attrs:
             rows = int(obj.attrs["MATLAB_sparse"])
@@ -568,6 +587,9 @@ def _h5_leaf(f: Any, obj: Any, path: str, out: dict[str, Leaf]) -> None:
         dims = tuple(int(x) for x in np.asarray(obj[()]).reshape(-1))
         if cls in {"cell", "struct"}:
             out[path] = ("container", cls, dims)
+        elif cls == "canonical empty":
+            # MATLAB's [] (#refs#/a, which cells of [] point to): a 0x0 double
+            out[path] = ("array", np.zeros(dims, np.float64), "h5py")
         elif cls == "char":
             out[path] = ("text", [""] * (dims[0] if dims else 0), dims)
         elif cls in _H5_NUMERIC:
@@ -631,6 +653,10 @@ def mat_open_flatten(path: Path, hints: dict[str, Leaf]) -> dict[str, Leaf]:
                 leaf(x, f"{p}/{k}")
         elif isinstance(v, str):
             out[p] = ("text", [v], None)
+        elif isinstance(v, np.ndarray) and v.dtype.names is not None and v.size == 0:
+            # an empty struct array: an empty structured array (docs/howto-matlab.md)
+            cls = (v.dtype.metadata or {}).get("matlab_class", "struct")
+            out[p] = ("container", cls, v.shape)
         elif isinstance(v, np.ndarray) and v.dtype == object:
             elements = [v[i] for i in _fortran_indices(v.shape)] if v.size else []
             if hints.get(p, ("",))[0] == "text" and all(isinstance(e, str) for e in elements):
@@ -722,10 +748,14 @@ def mat_zarr_flatten(root: Any, paths: list[str] | None = None) -> dict[str, Lea
         origin = _origin(p, inverse)
         if isinstance(node, zarr.Group):
             if a.get("matlab_sparse"):
+                # data and ir hold what the file stores: MATLAB allocates nzmax >= nnz
+                # values (an all-zero matrix keeps one row index); the matrix's values are
+                # the first jc[-1] (docs/howto-matlab.md, "As a Zarr group")
                 dims = tuple(a["matlab_dims"])
-                parts = {k: nodes[f"{p}/{k}"][...] for k in ("data", "ir", "jc")}
-                out[origin] = ("sparse", sp.csc_matrix((parts["data"], parts["ir"], parts["jc"]),
-                                                       shape=dims))  # fmt: skip
+                jc = nodes[f"{p}/jc"][...]
+                nnz = int(jc[-1]) if jc.size else 0
+                data, ir = (nodes[f"{p}/{k}"][...][:nnz] for k in ("data", "ir"))
+                out[origin] = ("sparse", sp.csc_matrix((data, ir, jc), shape=dims))
             elif "matlab_placeholder" in a:
                 out[origin] = ("object", a.get("matlab_class"))
             elif "matlab_dims" in a:
@@ -1020,6 +1050,11 @@ def compare_mat(got: Leaf, want: Leaf, version: str) -> tuple[str, str]:
         if a.dtype != b.dtype:
             if a.dtype == np.bool_ and b.dtype in (np.uint8, np.float64):
                 note = "logical sparse as bool"
+            elif a.dtype == np.float64 and b.dtype.kind in "iu" and version == "5":
+                # a double sparse matrix whose values are stored as small integers
+                # (miUINT8): scipy keeps the stored type even with mat_dtype=True; MATLAB's
+                # class (not logical in the array flags) is double (docs/format-mat.md)
+                note = "double sparse stored as integers (scipy: the stored type)"
             else:
                 return "unequal", f"sparse dtype {a.dtype} != {b.dtype}"
         if (a.astype(b.dtype) != b).nnz:

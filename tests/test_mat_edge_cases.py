@@ -15,7 +15,9 @@ import pytest
 import scipy.io as sio
 
 import npystore
+from mat_corpus import CORPUS, CORPUS_FOUND
 from npystore import MatStruct
+from npystore.tools import cli
 
 zarr = pytest.importorskip("zarr")
 xr = pytest.importorskip("xarray")
@@ -97,6 +99,55 @@ def test_struct_with_no_fields_on_every_face(tmp_path: Path) -> None:
             warnings.simplefilter("ignore")
             tree = xr.open_datatree(str(path), engine="npystore")
         assert dims != (1, 1) or ("a" in tree.children and not tree["a"].data_vars), what
+
+
+# ------------------------------------------------------------ empty struct arrays
+
+
+def test_empty_struct_arrays_keep_class_and_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A struct array with fields but no elements (MATLAB's ``struct('a', {})``, 0x0, 1x0)
+    read as an empty object array: indistinguishable from an empty cell, its fields lost.
+    It is an empty structured array, as scipy.io.loadmat gives it."""
+    v5 = tmp_path / "e5.mat"
+    empty = np.zeros((1, 0), dtype=[("a", object), ("bb", object)])
+    sio.savemat(v5, {"s": empty, "c": np.zeros((0, 3), dtype=object)})
+    assert sio.loadmat(v5)["s"].dtype.names == ("a", "bb")
+    v73 = tmp_path / "e73.mat"
+    vlen = h5py.vlen_dtype(np.dtype("S1"))
+    with h5py.File(v73, "w", userblock_size=512) as f:
+        d = f.create_dataset("s", data=np.array([1, 0], np.uint64))  # MATLAB's dims
+        d.attrs["MATLAB_class"] = np.bytes_("struct")
+        d.attrs["MATLAB_empty"] = np.uint8(1)
+        names = np.empty(2, dtype=object)
+        names[0], names[1] = np.array([b"a"], "S1"), np.array([b"b", b"b"], "S1")
+        d.attrs.create("MATLAB_fields", names, dtype=vlen)
+        c = f.create_dataset("c", data=np.array([0, 3], np.uint64))
+        c.attrs["MATLAB_class"] = np.bytes_("cell")
+        c.attrs["MATLAB_empty"] = np.uint8(1)
+    stamp_v73(v73)
+    for path in (v5, v73):
+        with npystore.open_mat(str(path)) as m:
+            for value in (m["s"], m.load("s")):
+                assert isinstance(value, np.ndarray), path
+                assert value.shape == (1, 0), path
+                assert value.dtype.names == ("a", "bb"), path
+                assert value.dtype.metadata == {"matlab_class": "struct"}, path
+            cell = m["c"]  # an empty cell stays an empty object array
+            assert (cell.shape, cell.dtype, cell.dtype.names) == ((0, 3), object, None), path
+        assert cli.main(["cat", f"{path}:s"]) == 0
+        assert capsys.readouterr().out.strip() == "1x0 struct array, fields: a, bb"
+
+
+@pytest.mark.skipif(not CORPUS_FOUND, reason="MATLAB corpus not found")
+def test_empty_struct_arrays_written_by_matlab() -> None:
+    with npystore.open_mat(str(CORPUS / "MAT.jl/v7.3_empty_struct_arrays.mat")) as m:
+        for name, dims in (("s00", (0, 0)), ("s01", (0, 1)), ("s10", (1, 0))):
+            assert m.variables[name].matlab_class == "struct"
+            value = m[name]
+            assert (value.shape, value.dtype.names) == (dims, ("a", "b", "c")), name
+            assert value.dtype.metadata == {"matlab_class": "struct"}, name
 
 
 # ------------------------------------------------------- char_errors on every face

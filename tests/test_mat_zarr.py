@@ -34,7 +34,13 @@ def check(group: Any, value: Any, path: str) -> None:
     """The Zarr node at ``path`` holds ``value`` (an open_mat value)."""
     node = group[path] if path else group
     attrs = node.attrs.asdict()
-    if isinstance(value, da.Array) or (isinstance(value, np.ndarray) and value.dtype != object):
+    if isinstance(value, np.ndarray) and value.dtype.names is not None:  # empty struct array
+        assert value.size == 0, path
+        assert isinstance(node, zarr.Group), path
+        assert attrs["matlab_class"] == value.dtype.metadata["matlab_class"], path
+        assert attrs["matlab_fields"] == list(value.dtype.names), path
+        assert attrs["matlab_dims"] == list(value.shape), path
+    elif isinstance(value, da.Array) or (isinstance(value, np.ndarray) and value.dtype != object):
         # dask: a lazy numeric array; numpy: a small one read with its cell or struct
         assert isinstance(node, zarr.Array), path
         assert node.shape == value.shape, path

@@ -145,6 +145,10 @@ def _render(value: Any, *, full: bool, top: bool = True) -> str:
         rows = [f"  ({r}, {c})  {v}" for r, c, v in zip(m.row[:limit], m.col[:limit],
                                                           m.data[:limit], strict=True)]  # fmt: skip
         return "\n".join([head, *rows] + (["  ..."] if limit < m.nnz else []))
+    metadata = value.dtype.metadata if isinstance(value, np.ndarray) else None
+    if metadata and "matlab_class" in metadata and value.size == 0:  # an empty struct array
+        fields = ", ".join(value.dtype.names or ()) or "none"
+        return f"{dims_text(value.shape)} {metadata['matlab_class']} array, fields: {fields}"
     if isinstance(value, np.ndarray) and value.dtype == object:
         if all(isinstance(v, str) for v in value.flat):  # a char matrix: one str per row
             return "\n".join(value.reshape(-1).tolist()) if top else repr(value.tolist())

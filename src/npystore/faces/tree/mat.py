@@ -11,7 +11,9 @@ char               uint16 array of UTF-16 code units in MATLAB shape; the decode
 struct (1x1)       group, one member per field
 struct array       group with members ``0``, ``1``, ... (column-major), each a group of fields
 cell               group with members ``0``, ``1``, ... (column-major)
-sparse             group with arrays ``data``, ``ir`` (rows), ``jc`` (column starts)
+sparse             group with arrays ``data``, ``ir`` (rows), ``jc`` (column starts) as the
+                   file stores them: ``data`` and ``ir`` may hold more than the ``jc[-1]``
+                   values of the matrix (MATLAB's nzmax; an all-zero matrix keeps one row)
 object, handle     empty group naming the class (``matlab_placeholder`` says why)
 =================  ===========================================================================
 

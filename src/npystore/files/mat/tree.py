@@ -38,6 +38,7 @@ __all__ = [
     "StructNode",
     "ValueLeaf",
     "build_csc",
+    "empty_struct_array",
     "row_leaf",
     "to_value",
 ]
@@ -425,7 +426,9 @@ def to_value(
     -------
     Any
         dask or numpy array, str / object array of str, :class:`MatStruct` or object array
-        of them, object array (cells), ``scipy.sparse.csc_matrix`` or :class:`MatlabObject`.
+        of them (an empty struct array: an empty structured array, see
+        :func:`empty_struct_array`), object array (cells), ``scipy.sparse.csc_matrix`` or
+        :class:`MatlabObject`.
     """
     if isinstance(node, ValueLeaf):
         return node.value if array is None else array(node.value)
@@ -441,6 +444,8 @@ def to_value(
         items = node.cells.raw() if isinstance(node.cells, LeafCells) else node.cells
         cells = [_child_value(c, numeric, array, depth) for c in items]
         return _object_array(cells, node.dims)
+    if not node.elements and math.prod(node.dims) == 0:
+        return empty_struct_array(node.fields, node.dims, node.matlab_class)
     adopt, cls = MatStruct._adopt, node.matlab_class  # its own fast path
     elements = [
         adopt({f: _child_value(v, numeric, array, depth) for f, v in e.items()}, cls)
@@ -449,6 +454,24 @@ def to_value(
     if math.prod(node.dims) == 1 and len(elements) == 1:
         return elements[0]
     return _object_array(elements, node.dims)
+
+
+def empty_struct_array(
+    fields: Sequence[str], dims: tuple[int, ...], matlab_class: str = "struct"
+) -> np.ndarray[Any, Any]:
+    """The value of a struct array with no elements (MATLAB's ``struct('a', {})``, a 0x0
+    or 1x0 struct): an empty numpy structured array in MATLAB's shape with one object
+    field per MATLAB field, in order, as ``scipy.io.loadmat`` gives it; the class (
+    ``"struct"`` or an old-style object's) is ``dtype.metadata["matlab_class"]``.
+
+    An empty object array would hold neither the field names nor the class, and would
+    read as an empty cell.
+    """
+    dtype = np.dtype(
+        {"names": list(fields), "formats": [object] * len(fields)},
+        metadata={"matlab_class": matlab_class},
+    )
+    return np.empty(dims, dtype=dtype)
 
 
 def _child_value(
