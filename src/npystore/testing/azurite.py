@@ -50,20 +50,7 @@ class LocalAzurite(ChildServer):
     def __init__(self, root: str | Path | None = None, *candidates: str | Path) -> None:
         self.root = Path(root) if root is not None else None
         self.candidates = candidates
-        self._url: str | None = None
         self._service: Any = None
-
-    @property
-    def url(self) -> str:
-        """The blob endpoint (``http://127.0.0.1:PORT/devstoreaccount1``)."""
-        if self._url is None:
-            raise RuntimeError("LocalAzurite is not running; call start() or use a with block")
-        return self._url
-
-    @property
-    def running(self) -> bool:
-        """Whether the server is running."""
-        return self._url is not None
 
     def _program(self) -> str:
         return find_program("azurite-blob", AZURITE_ENV, *self.candidates)
@@ -80,7 +67,8 @@ class LocalAzurite(ChildServer):
         return Launch(args, port, f"http://127.0.0.1:{port}/{self.ACCOUNT}")
 
     def _attach(self, url: str | None) -> None:
-        self._url = url
+        # the blob endpoint is http://127.0.0.1:PORT/devstoreaccount1: the service client
+        # made for one run is closed when it stops
         service, self._service = self._service, None
         if service is not None:
             service.close()

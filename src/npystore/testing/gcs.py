@@ -69,19 +69,6 @@ class LocalGCS(ChildServer):
 
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root) if root is not None else None
-        self._url: str | None = None
-
-    @property
-    def url(self) -> str:
-        """The server's base URL (``http://127.0.0.1:PORT``)."""
-        if self._url is None:
-            raise RuntimeError("LocalGCS is not running; call start() or use it in a with block")
-        return self._url
-
-    @property
-    def running(self) -> bool:
-        """Whether the server is running."""
-        return self._url is not None
 
     def _program(self) -> str:
         bundled = _bundled()
@@ -101,9 +88,6 @@ class LocalGCS(ChildServer):
         args = [program, "-scheme", "http", "-host", "127.0.0.1", "-port", str(port)]
         args += ["-external-url", url, "-log-level", "error", *store]
         return Launch(args, port, url)
-
-    def _attach(self, url: str | None) -> None:
-        self._url = url
 
     # client side -----------------------------------------------------------------------
 

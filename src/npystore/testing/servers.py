@@ -176,8 +176,9 @@ class ChildServer(abc.ABC):
     otherwise), retried when another process took a port in between, waited for until it
     answers, and stopped by its PID (the folder removed). A context manager.
 
-    A subclass names the program (:meth:`_program`), builds each attempt's command line
-    (:meth:`_launch`), and takes or forgets the URL its clients use (:meth:`_attach`).
+    A subclass names the program (:meth:`_program`) and builds each attempt's command line
+    (:meth:`_launch`); one with clients of its own takes or forgets the URL they use
+    (:meth:`_attach`).
     """
 
     #: The program's name in messages and logs.
@@ -205,10 +206,30 @@ class ChildServer(abc.ABC):
     def _launch(self, program: str, folder: Path) -> Launch:
         """One attempt's command line, on ports free now; ``folder`` is the server's own."""
 
-    @abc.abstractmethod
+    @property
+    def url(self) -> str:
+        """The URL clients use (``http://127.0.0.1:PORT...``) while the server runs.
+
+        Raises
+        ------
+        RuntimeError
+            The server is not running.
+        """
+        if self._address is None:
+            raise RuntimeError(
+                f"{type(self).__name__} is not running; call start() or use it in a with block"
+            )
+        return self._address
+
+    @property
+    def running(self) -> bool:
+        """Whether the server is running."""
+        return self._address is not None
+
     def _attach(self, url: str | None) -> None:
-        """Take the running server's URL for the client side, or (None) forget it and close
-        the clients made for it."""
+        """Told the running server's URL, or None once it stops: a subclass with clients of
+        its own takes the URL for them, or closes them."""
+        del url  # no clients of its own here
 
     def start(self) -> Self:
         """Start the server and wait until it answers; a no-op if it is running.
