@@ -132,6 +132,7 @@ def test_v5_compressed_variable_is_inflated_once(
     44 ms against scipy's 3.5 ms), and ``load`` of any container inflated it once more to
     find it was no small numeric value. Each variable's stream is inflated once."""
     from npystore.files.mat import v5
+    from npystore.formats import deflate
     from npystore.read import inflate
 
     rng = np.random.default_rng(0)
@@ -154,7 +155,14 @@ def test_v5_compressed_variable_is_inflated_once(
         passes.append("small")
         return small(data)
 
+    whole = deflate.inflate_zlib
+
+    def counted_whole(data: Any, size: int, *, source: str, **kw: Any) -> Any:
+        passes.append(source.rsplit(":", 1)[1])  # "<url>:<name>"
+        return whole(data, size, source=source, **kw)
+
     monkeypatch.setattr(inflate, "stream", counted_stream)
+    monkeypatch.setattr(deflate, "inflate_zlib", counted_whole)
     monkeypatch.setattr(v5, "_inflate_small", counted_small)
     theirs = sio.loadmat(path)
     m = npystore.open_mat(str(path))

@@ -55,14 +55,14 @@ the caller passes (:class:`FilterKernels`: the read layer passes numcodecs', see
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 import numpy as np
 
 from npystore.errors import FormatError, UnsupportedError
-from npystore.formats.deflate import INFLATE_ERRORS, zlib_module
+from npystore.formats.deflate import inflate_zlib
 
 __all__ = [
     "ChunkSteps",
@@ -76,7 +76,6 @@ __all__ = [
     "chunk_steps",
     "decode_chunk",
     "fletcher32",
-    "inflate_zlib_exact",
     "undo_steps",
     "unshuffle",
     "unshuffle_into",
@@ -115,43 +114,6 @@ _BLOCK_WORDS: Final = 1 << 16
 #: Blocks summed at a time.
 _GROUP_BLOCKS: Final = 16
 _POSITIONS: Final = np.arange(_BLOCK_WORDS, dtype=np.float64)
-
-
-_ZLIB: Final = zlib_module()
-
-
-def _pick_whole_inflater() -> tuple[Callable[[Any, int], bytearray] | None, type[Exception]]:
-    try:
-        import deflate  # noqa: PLC0415 - optional: libdeflate, for whole chunks
-    except ImportError:
-        return None, ValueError
-    decompress: Callable[[Any, int], bytearray] = deflate.zlib_decompress
-    error: type[Exception] = deflate.DeflateError
-    return decompress, error
-
-
-_WHOLE_INFLATER, _WHOLE_INFLATE_ERROR = _pick_whole_inflater()
-
-
-def inflate_zlib_exact(data: bytes | bytearray | memoryview, size: int) -> bytearray | None:
-    """A whole zlib stream inflated straight into one new buffer of ``size`` bytes, by
-    libdeflate (the ``deflate`` package, when installed), or None.
-
-    None means: libdeflate is not installed, or the stream is not one valid zlib stream
-    (Adler-32 checked) of exactly ``size`` bytes. The caller then inflates it with the
-    streaming inflater (ISA-L's, as :func:`decode_chunk` does), which says what is wrong.
-    libdeflate never writes past ``size`` bytes: a stream that would give more is refused,
-    not inflated.
-    It releases the GIL, and on HDF5 chunks (streams of tens of KiB) it was measured as fast
-    as ISA-L on MATLAB's files and 28-35% faster on hdf5storage's (shuffled) ones.
-    """
-    if _WHOLE_INFLATER is None or not 0 < size < 2**32:  # its size argument is 32-bit
-        return None
-    try:
-        out = _WHOLE_INFLATER(data, size)
-    except _WHOLE_INFLATE_ERROR:
-        return None
-    return out if len(out) == size else None
 
 
 class FilterLike(Protocol):
@@ -278,32 +240,8 @@ def unshuffle_into(
 
 
 def _inflate(data: _Bytes, expected: int, source: str) -> _Bytes:
-    """Inflate a zlib stream that must give exactly ``expected`` bytes (never more): into
-    one buffer by libdeflate when installed, else (or to say what is wrong with the stream)
-    by the streaming inflater."""
-    whole = inflate_zlib_exact(data, expected)
-    if whole is not None:
-        return whole
-    inflater = _ZLIB.decompressobj()
-    try:
-        out: bytes = inflater.decompress(data, expected + 1)
-    except INFLATE_ERRORS as exc:
-        raise FormatError(f"{source}: the deflated chunk is corrupt: {exc}") from exc
-    if len(out) > expected:
-        raise FormatError(
-            f"{source}: the deflated chunk inflates to more than {expected} bytes, "
-            f"expected exactly {expected}"
-        )
-    if not inflater.eof:
-        raise FormatError(
-            f"{source}: the deflated chunk ({len(data)} bytes) ends before its zlib stream "
-            f"does ({len(out)} bytes inflated, expected {expected})"
-        )
-    if len(out) < expected:
-        raise FormatError(
-            f"{source}: the deflated chunk inflates to {len(out)} bytes, expected {expected}"
-        )
-    return out
+    """Inflate a zlib stream that must give exactly ``expected`` bytes (never more)."""
+    return inflate_zlib(data, expected, source=source, what="the deflated chunk")
 
 
 def _check_fletcher32(data: _Bytes, source: str, kernels: FilterKernels | None) -> _Bytes:

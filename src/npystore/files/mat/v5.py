@@ -73,6 +73,9 @@ HEAD_BYTES: Final = 4096
 READ_WHOLE: Final = 8 * 2**20
 #: Compressed variables inflating to at most this many bytes are inflated whole once.
 INFLATE_WHOLE: Final = 16 * 2**20
+#: Compressed elements up to this size are read whole to read their tree (one read; the
+#: stream inflated by one call when it is inflated whole).
+READ_STREAM_WHOLE: Final = 2 * 2**20
 #: A compressed header being parsed: the zlib stream read so far and its inflated prefix.
 _Inflating: TypeAlias = tuple[bytes | memoryview, bytes]
 _T = TypeVar("_T")
@@ -81,17 +84,26 @@ _T = TypeVar("_T")
 class _Source:
     """The bytes of one variable's address space: the file, or its inflated zlib stream."""
 
-    def __init__(self, reader: RangeReader, entry: VariableEntry, name: str, order: str) -> None:
+    def __init__(
+        self, reader: RangeReader, entry: VariableEntry, name: str, order: str, *,
+        inline: bool = False,
+    ) -> None:  # fmt: skip
         self.reader = reader
         self.entry = entry
         self.name = name
         self.order = order
+        #: a tree read at once (``load``): every value whose bytes are in memory is held
+        #: in its layout (:class:`InlineExtent`) whatever its size
+        self.inline = inline
+        #: an uncompressed element's bytes, when it was read whole, and its offset
+        self.raw: memoryview | bytes | None = None
+        self.raw_base = 0
         self.where = f"{reader.url}:{name}" if name else reader.url
         self.member: DeflatedMember | None = None
         self.slot = IndexSlot()
         self.whole: bytes | None = None  # the inflated element, when inflated whole
         self.prefix = b""
-        #: the raw deflate data, when the element was read already (see open_stream)
+        #: the zlib stream, when the element was read already (see open_stream)
         self.held: memoryview | None = None
 
     # -- compressed ----------------------------------------------------------------------
@@ -113,7 +125,7 @@ class _Source:
         if element is not None:
             data = memoryview(element)[e.data_offset - e.offset : e.end - e.offset]
             trailer, head = data[-4:], data[:HEAD_BYTES]
-            self.held = data[2:-4]
+            self.held = data
         else:
             ranges = [(e.end - 4, e.end)]
             if head is None:
@@ -181,9 +193,16 @@ class _Source:
         member = self.member
         if member is None:  # pragma: no cover
             raise RuntimeError("stream not opened")
-        buf = bytearray(member.uncompressed_size)
-        inflate_into(self.reader, member, memoryview(buf), held=self.held)
-        self.whole = bytes(buf)
+        if self.held is not None:  # one call, into one buffer (Adler-32 checked)
+            self.whole = bytes(deflate.inflate_zlib(
+                self.held, member.uncompressed_size, source=self.where,
+                what=f"the zlib stream of the miCOMPRESSED element at offset {self.entry.offset}",
+                sized_by=member.sized_by,
+            ))  # fmt: skip
+        else:
+            buf = bytearray(member.uncompressed_size)
+            inflate_into(self.reader, member, memoryview(buf))
+            self.whole = bytes(buf)
         self.slot.keep(self.whole)
 
     # -- ranges ----------------------------------------------------------------------------
@@ -191,7 +210,8 @@ class _Source:
     def read(self, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` of the address space."""
         if not self.entry.compressed:
-            return self.reader.read(start, stop)
+            raw = self._raw(start, stop)
+            return self.reader.read(start, stop) if raw is None else bytes(raw)
         if self.whole is not None:
             return self.whole[start:stop]
         if stop <= len(self.prefix):
@@ -203,14 +223,22 @@ class _Source:
     def storage(self, ref: DataRef) -> Storage:
         """Where a leaf's values are, as layout storage."""
         if not self.entry.compressed:
-            return RawExtent(ref.offset, ref.nbytes)
-        if self.whole is not None and ref.nbytes <= EAGER_BYTES:
+            raw = self._raw(ref.offset, ref.end) if self.inline else None
+            return RawExtent(ref.offset, ref.nbytes) if raw is None else InlineExtent(bytes(raw))
+        if self.whole is not None and (self.inline or ref.nbytes <= EAGER_BYTES):
             return InlineExtent(self.whole[ref.offset : ref.end])
         if self.member is None:  # pragma: no cover
             raise RuntimeError("stream not opened")
         # larger values stay in the stream: a graph holds where they are, not the bytes
         # (read from the inflated bytes kept in this process, re-inflated by a worker)
         return DeflatedExtent(self.member, ref.offset, ref.nbytes, self.slot)
+
+    def _raw(self, start: int, stop: int) -> memoryview | bytes | None:
+        """Bytes ``[start, stop)`` of the file from the element read whole, or None."""
+        raw, base = self.raw, self.raw_base
+        if raw is None or start < base or stop - base > len(raw):
+            return None
+        return raw[start - base : stop - base]
 
 
 def mat5_pair(order: str) -> struct.Struct:
@@ -436,22 +464,29 @@ class Mat5File:
             infos[name] = MatInfo(name, kind[0], dims, *kind[1:])
         return infos
 
-    def node(self, name: str) -> MatNode:
+    def node(self, name: str, *, inline: bool = False) -> MatNode:
         """The tree of one variable (numeric data not read; small values inside cells and
         structs read with the variable when it is read whole: see
-        :data:`~npystore.files.mat.tree.EAGER_BYTES`)."""
+        :data:`~npystore.files.mat.tree.EAGER_BYTES`). With ``inline`` (a tree read at
+        once, not kept), every value whose bytes were read with the variable is held in
+        its layout whatever its size."""
         e = self._entry(name)
-        src = _Source(self.reader, e, name, self.header.byte_order)
+        src = _Source(self.reader, e, name, self.header.byte_order, inline=inline)
         variable = self._parse(src)
         return Builder(src, self.reader, self.char_errors).build(variable.value, name)
 
-    def loaded(self, name: str) -> MatNode | None:
-        """A small numeric or char variable decoded straight from the bytes read at open
-        (:class:`~npystore.files.mat.tree.ValueLeaf`,
-        :class:`~npystore.files.mat.tree.CharLeaf`), or
-        None when it is not one (then read its :meth:`node`)."""
+    def loaded(self, name: str) -> MatNode:
+        """The variable's tree to be read at once: a small numeric or char variable decoded
+        straight from the bytes read at open (:class:`~npystore.files.mat.tree.ValueLeaf`,
+        :class:`~npystore.files.mat.tree.CharLeaf`), else its :meth:`node` with the values
+        read with the variable held in it (``inline``: no second read of them)."""
         if name not in self._vars:
             raise KeyError(f"{self.source}: no variable {name!r}")
+        quick = self._quick(name)
+        return self.node(name, inline=True) if quick is None else quick
+
+    def _quick(self, name: str) -> MatNode | None:
+        """A small numeric or char variable decoded from the bytes read at open, or None."""
         offset, total, compressed, flags, dims, head = self._vars[name]
         if flags < 0 or (flags & 0xFF) < _CHAR or (flags & 0xFF) == _SPARSE:
             return None  # an unusual header, a container, an object or sparse: its tree
@@ -491,6 +526,8 @@ class Mat5File:
             )
             if element is None:
                 element = r.read(e.offset, min(e.end, e.offset + READ_WHOLE))
+            if whole:
+                src.raw, src.raw_base = element, e.offset
             return _in_pieces(
                 lambda extra: mat5.parse_variable(
                     element, e.offset, order, source=r.url, max_depth=self.max_depth,
@@ -498,7 +535,10 @@ class Mat5File:
                 ),
                 r, e.end, WINDOW, src.where,
             )  # fmt: skip
-        src.open_stream(self._head_view(e), self._windows.view(e.offset, e.end))
+        read: memoryview | bytes | None = self._windows.view(e.offset, e.end)
+        if read is None and e.total_size <= READ_STREAM_WHOLE:
+            read = r.read(e.offset, e.end)  # one read, inflated by one call
+        src.open_stream(self._head_view(e), read)
         member = src.member
         if member is None:  # pragma: no cover
             raise RuntimeError("stream not opened")
