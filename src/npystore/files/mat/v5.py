@@ -225,7 +225,9 @@ class _Source:
         """Where a leaf's values are, as layout storage."""
         if not self.entry.compressed:
             raw = self._raw(ref.offset, ref.end) if self.inline else None
-            return RawExtent(ref.offset, ref.nbytes) if raw is None else InlineExtent(bytes(raw))
+            if raw is None:
+                return RawExtent(ref.offset, ref.nbytes)
+            return InlineExtent(raw.toreadonly())  # a tree read at once
         if self.whole is not None and (self.inline or ref.nbytes <= EAGER_BYTES):
             held = self.whole[ref.offset : ref.end]  # a tree read at once: not pickled
             return InlineExtent(held if self.inline else bytes(held))
@@ -235,12 +237,12 @@ class _Source:
         # (read from the inflated bytes kept in this process, re-inflated by a worker)
         return DeflatedExtent(self.member, ref.offset, ref.nbytes, self.slot)
 
-    def _raw(self, start: int, stop: int) -> memoryview | bytes | None:
+    def _raw(self, start: int, stop: int) -> memoryview | None:
         """Bytes ``[start, stop)`` of the file from the element read whole, or None."""
         raw, base = self.raw, self.raw_base
         if raw is None or start < base or stop - base > len(raw):
             return None
-        return raw[start - base : stop - base]
+        return memoryview(raw)[start - base : stop - base]  # no copy
 
 
 def mat5_pair(order: str) -> struct.Struct:
@@ -251,6 +253,7 @@ def mat5_pair(order: str) -> struct.Struct:
 _PAIRS: Final = {o: struct.Struct(f"{o}II") for o in "<>"}
 _CHAR: Final = 4  # the char array class (cells, structs, objects: the classes below)
 _SPARSE: Final = 5
+_NUMERIC_FIRST, _NUMERIC_LAST = 6, 15  # the numeric classes, double to uint64
 
 
 def _inflate_prefix(data: bytes | memoryview, want: int, where: str) -> bytes:
@@ -522,11 +525,17 @@ class Mat5File:
     def _parse(self, src: _Source) -> mat5.MatVariable:
         e, order, r = src.entry, self.header.byte_order, self.reader
         if not e.compressed:
+            flags = self._vars[src.name][3]
+            # a numeric matrix has no tree below it: its header is enough (its values are
+            # read straight into the output), unless the open read it already
             whole = e.total_size <= READ_WHOLE
             element: memoryview | bytes | None = (
                 self._windows.view(e.offset, e.end) if whole else None
             )
-            if element is None:
+            if element is None and _NUMERIC_FIRST <= flags & 0xFF <= _NUMERIC_LAST:
+                whole = False
+                element = r.read(e.offset, min(e.end, e.offset + HEAD_BYTES))
+            elif element is None:
                 element = r.read(e.offset, min(e.end, e.offset + READ_WHOLE))
             if whole:
                 src.raw, src.raw_base = element, e.offset
