@@ -6,7 +6,7 @@ indexes (:mod:`npystore.formats.h5chunks`) and group symbol tables
 (:mod:`npystore.formats.h5groups`) itself, through the same cached
 :class:`~npystore.fetch.blockfile.BlockFile` h5py reads, one batch of concurrent requests per
 B-tree level, and keeps what it validated. :mod:`npystore.files.mat.hdf5` builds chunk tables
-from it
+from it (and compares contiguous addresses with the raw bytes it reads, :meth:`H5Meta.read_raw`)
 and :mod:`npystore.files.mat.h5safe` lets libhdf5 at a group only after its symbol table passed.
 
 No h5py here: callers hand in object header addresses and dataset geometry.
@@ -87,6 +87,14 @@ class H5Meta:
             raise ValueError(f"{self.reader.url}: H5Meta used before attach()")
         return self.base
 
+    def read_raw(self, start: int, stop: int) -> bytes:
+        """The file's bytes ``[start, stop)`` at absolute offsets (no base address), through
+        the block cache while one is attached."""
+        blockfile = self.blockfile()
+        if blockfile is not None:
+            return blockfile.read_at(start, stop)
+        return self.reader.read(start, stop)
+
     def read(self, start: int, stop: int) -> bytes:
         """The bytes ``[start, stop)`` relative to the base address (short at the end)."""
         base = self._base()
@@ -94,10 +102,7 @@ class H5Meta:
         start = base + start
         if start >= stop:
             return b""
-        blockfile = self.blockfile()
-        if blockfile is not None:
-            return blockfile.read_at(start, stop)
-        return self.reader.read(start, stop)
+        return self.read_raw(start, stop)
 
     def fetch(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """The bytes of several ranges relative to the base address, fetched in one batch of
