@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Final
+from typing import Any, ClassVar, Final, Self
 
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader
@@ -24,13 +24,46 @@ from npystore.fetch.blockfile import BlockFile
 from npystore.formats import h5chunks, h5groups, h5index
 from npystore.formats.h5chunks import ChunkTable, Geometry
 
-__all__ = ["H5Meta"]
+__all__ = ["H5Meta", "PerReader"]
 
 #: Object headers whose messages are kept per file.
 _HEADER_CACHE: Final = 4096
 
 
-class H5Meta:
+class PerReader:
+    """What is kept about one file while its reader lives: one instance per reader and
+    class (:meth:`for_reader`), its state guarded by ``_lock``.
+
+    Parameters
+    ----------
+    reader : RangeReader
+        Reader of the file.
+    """
+
+    #: The instances of this class, by reader (each subclass has its own).
+    _kept: ClassVar[weakref.WeakKeyDictionary[RangeReader, Any]]
+    _kept_lock: ClassVar[threading.Lock]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._kept = weakref.WeakKeyDictionary()
+        cls._kept_lock = threading.Lock()
+
+    def __init__(self, reader: RangeReader) -> None:
+        self.reader = reader
+        self._lock = threading.RLock()
+
+    @classmethod
+    def for_reader(cls, reader: RangeReader) -> Self:
+        """The instance of ``reader``'s file (made on first use, kept while it lives)."""
+        with cls._kept_lock:
+            found: Self | None = cls._kept.get(reader)
+            if found is None:
+                found = cls._kept[reader] = cls(reader)
+            return found
+
+
+class H5Meta(PerReader):
     """The validated metadata of one HDF5 file (one per reader: :meth:`for_reader`).
 
     Parameters
@@ -40,25 +73,15 @@ class H5Meta:
     """
 
     def __init__(self, reader: RangeReader) -> None:
-        self.reader = reader
+        super().__init__(reader)
         self.base: int | None = None
         self._blockfile: weakref.ref[BlockFile] | None = None
-        self._lock = threading.RLock()
         self._sb: h5index.Superblock | None = None
         self._headers: dict[int, tuple[tuple[int, bytes], ...]] = {}
         self._groups: dict[int, list[tuple[str, int]] | None] = {}
 
     def __repr__(self) -> str:
         return f"H5Meta({self.reader.url!r}, base={self.base})"
-
-    @classmethod
-    def for_reader(cls, reader: RangeReader) -> H5Meta:
-        """The metadata of ``reader``'s file (made on first use, kept while it lives)."""
-        with _LOCK:
-            meta = _METAS.get(reader)
-            if meta is None:
-                meta = _METAS[reader] = cls(reader)
-            return meta
 
     def attach(self, blockfile: BlockFile | None, base: int) -> None:
         """Read through ``blockfile``'s cache while it is open; the superblock is at
@@ -208,7 +231,3 @@ class H5Meta:
         with self._lock:
             self._groups[address] = links
         return links
-
-
-_METAS: weakref.WeakKeyDictionary[RangeReader, H5Meta] = weakref.WeakKeyDictionary()
-_LOCK: Final = threading.Lock()

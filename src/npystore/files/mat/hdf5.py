@@ -34,8 +34,6 @@ Typical use::
 from __future__ import annotations
 
 import math
-import threading
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final
@@ -46,7 +44,7 @@ import numpy as np
 from npystore.errors import FormatError, NpystoreError, UnsupportedError
 from npystore.fetch import RangeReader
 from npystore.fetch.blockfile import DEFAULT_BLOCK_SIZE, WHOLE_FILE_LIMIT, BlockFile
-from npystore.files.mat.h5meta import H5Meta
+from npystore.files.mat.h5meta import H5Meta, PerReader
 from npystore.files.mat.h5safe import check_storage, object_identity
 from npystore.formats.h5chunks import ChunkTable, Geometry
 from npystore.read.layout import (
@@ -82,7 +80,7 @@ _PREFIX_BYTES: Final = 4096
 MAX_CHUNK_GRID: Final = 1 << 24
 
 
-class AddressCheck:
+class AddressCheck(PerReader):
     """Byte addresses libhdf5 reports for one file, checked against the file's bytes.
 
     One per reader (:meth:`for_reader`); the raw bytes compared are read through the file's
@@ -99,22 +97,12 @@ class AddressCheck:
     """
 
     def __init__(self, reader: RangeReader) -> None:
-        self.reader = reader
+        super().__init__(reader)
         #: Bytes added to every contiguous address (None until one was checked).
         self.contiguous_shift: int | None = None
-        self._lock = threading.RLock()
 
     def __repr__(self) -> str:
         return f"AddressCheck({self.reader.url!r}, contiguous_shift={self.contiguous_shift})"
-
-    @classmethod
-    def for_reader(cls, reader: RangeReader) -> AddressCheck:
-        """The check of ``reader``'s file (made on first use, kept while the reader lives)."""
-        with _CHECKS_LOCK:
-            check = _CHECKS.get(reader)
-            if check is None:
-                check = _CHECKS[reader] = cls(reader)
-            return check
 
     def read_raw(self, start: int, stop: int) -> bytes | None:
         """The file's bytes ``[start, stop)``, or None if they lie outside the file."""
@@ -172,11 +160,6 @@ class AddressCheck:
             f"file's bytes neither at its reported address {offset} nor {userblock} bytes "
             f"later (the user block)"
         )
-
-
-#: The address check of each live reader.
-_CHECKS: weakref.WeakKeyDictionary[RangeReader, AddressCheck] = weakref.WeakKeyDictionary()
-_CHECKS_LOCK: Final = threading.Lock()
 
 
 def open_h5(reader: RangeReader, *, block_size: int | None = None) -> h5py.File:
