@@ -179,6 +179,55 @@ def test_generated_cells_decode_alike(seed: int, order: str) -> None:
             assert outcome(alone, decode_below=LIMIT) == outcome(alone, decode_below=0)
 
 
+@pytest.mark.parametrize("order", ["<", ">"])
+@pytest.mark.parametrize(
+    ("dims", "cls", "mi", "flags", "small"),
+    [
+        ((2, 5), 6, 9, 0, False),  # double (pymatreader's cells of 2x5 matrices)
+        ((1, 3), 6, 2, 0, False),  # double stored as uint8, as MATLAB does
+        ((1, 1), 6, 2, 0, True),  # a small data element
+        ((3, 1), 12, 9, 0, False),  # int32 stored as double (NaN: one by one)
+        ((2, 2), 9, 2, 2, False),  # logical
+        ((1, 4), 7, 7, 0, False),  # single
+        ((0, 0), 6, 9, 0, False),  # empty
+        ((2, 2), 6, 9, 8, False),  # complex: not this path
+    ],
+)
+def test_cells_of_one_layout_repeated_decode_alike(
+    monkeypatch: pytest.MonkeyPatch, order: str, dims: tuple[int, int], cls: int, mi: int,
+    flags: int, small: bool,
+) -> None:  # fmt: skip
+    """Siblings that repeat one layout with their own values (the common cell) are decoded
+    as one block: the same values as the generic parser gives, read-only; one sibling
+    whose header differs sends the cell back to the other paths."""
+    from npystore.formats.mat5 import _vector
+
+    taken: list[bool] = []
+    same = _vector._same_layout
+
+    def counted(*args: Any) -> Any:
+        got = same(*args)
+        taken.append(got is not None)
+        return got
+
+    monkeypatch.setattr(_vector, "_same_layout", counted)
+    ORDER[0] = order
+    rng = np.random.default_rng(7)
+    elements = [numeric(rng, order, dims, cls, mi, flags, small) for _ in range(12)]
+    element = cell_of(elements, order)
+    fast = outcome(element, decode_below=LIMIT)
+    assert fast == outcome(element, decode_below=0)
+    assert taken == [not flags & 8 and not (cls == 12 and mi == 9)]
+    if taken[0]:
+        var = parse_variable(element, 0, order, source=SRC, decode_below=LIMIT)
+        assert all(not c.flags.writeable for c in var.value.cells)
+    odd = numeric(rng, order, (dims[0] + 1, dims[1]), cls, mi, flags, small)
+    mixed = cell_of([*elements[:5], odd, *elements[5:]], order)
+    taken.clear()
+    assert outcome(mixed, decode_below=LIMIT) == outcome(mixed, decode_below=0)
+    assert taken == [False]
+
+
 def test_fast_leaves_are_read_only_and_respect_the_limit() -> None:
     rng = np.random.default_rng(1)
     small = [numeric(rng, "<", (1, 3), 6, 9) for _ in range(VECTOR_MIN)]

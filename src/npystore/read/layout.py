@@ -169,9 +169,10 @@ class DeflatedExtent:
 class InlineExtent:
     """The elements' bytes are held in the layout itself (an HDF5 compact dataset, values
     that arrived with the metadata): ``data`` holds them back to back in the layout's order,
-    stored dtype."""
+    stored dtype. A read-only ``memoryview`` (no copy) only in a tree that is read at once
+    and never pickled (a MAT v5 ``load``)."""
 
-    data: bytes
+    data: bytes | memoryview
 
 
 @dataclass(frozen=True, slots=True)

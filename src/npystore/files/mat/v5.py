@@ -101,7 +101,8 @@ class _Source:
         self.where = f"{reader.url}:{name}" if name else reader.url
         self.member: DeflatedMember | None = None
         self.slot = IndexSlot()
-        self.whole: bytes | None = None  # the inflated element, when inflated whole
+        #: the inflated element, when inflated whole (read-only: values may view it)
+        self.whole: memoryview | None = None
         self.prefix = b""
         #: the zlib stream, when the element was read already (see open_stream)
         self.held: memoryview | None = None
@@ -194,15 +195,15 @@ class _Source:
         if member is None:  # pragma: no cover
             raise RuntimeError("stream not opened")
         if self.held is not None:  # one call, into one buffer (Adler-32 checked)
-            self.whole = bytes(deflate.inflate_zlib(
+            inflated = deflate.inflate_zlib(
                 self.held, member.uncompressed_size, source=self.where,
                 what=f"the zlib stream of the miCOMPRESSED element at offset {self.entry.offset}",
                 sized_by=member.sized_by,
-            ))  # fmt: skip
+            )  # fmt: skip
         else:
-            buf = bytearray(member.uncompressed_size)
-            inflate_into(self.reader, member, memoryview(buf))
-            self.whole = bytes(buf)
+            inflated = bytearray(member.uncompressed_size)
+            inflate_into(self.reader, member, memoryview(inflated))
+        self.whole = memoryview(inflated).toreadonly()  # no copy
         self.slot.keep(self.whole)
 
     # -- ranges ----------------------------------------------------------------------------
@@ -213,7 +214,7 @@ class _Source:
             raw = self._raw(start, stop)
             return self.reader.read(start, stop) if raw is None else bytes(raw)
         if self.whole is not None:
-            return self.whole[start:stop]
+            return bytes(self.whole[start:stop])
         if stop <= len(self.prefix):
             return self.prefix[start:stop]
         if self.member is None:  # pragma: no cover
@@ -226,7 +227,8 @@ class _Source:
             raw = self._raw(ref.offset, ref.end) if self.inline else None
             return RawExtent(ref.offset, ref.nbytes) if raw is None else InlineExtent(bytes(raw))
         if self.whole is not None and (self.inline or ref.nbytes <= EAGER_BYTES):
-            return InlineExtent(self.whole[ref.offset : ref.end])
+            held = self.whole[ref.offset : ref.end]  # a tree read at once: not pickled
+            return InlineExtent(held if self.inline else bytes(held))
         if self.member is None:  # pragma: no cover
             raise RuntimeError("stream not opened")
         # larger values stay in the stream: a graph holds where they are, not the bytes
@@ -544,7 +546,7 @@ class Mat5File:
             raise RuntimeError("stream not opened")
         if member.uncompressed_size <= INFLATE_WHOLE:
             src.inflate_whole()
-            data = src.whole or b""
+            data = b"" if src.whole is None else src.whole
             return mat5.parse_variable(
                 data, 0, order, source=src.where, max_depth=self.max_depth, inflated=True,
                 decode_below=EAGER_BYTES,

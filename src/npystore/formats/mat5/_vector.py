@@ -20,6 +20,8 @@ import numpy.typing as npt
 from npystore.formats.mat5._bulk import (
     _MIN_SIZE,
     _PAIR,
+    _STORED,
+    _TWELVE,
     _VALUE_DTYPES,
     quick_leaf,
 )
@@ -64,6 +66,10 @@ def decode_children(
     :data:`MEMO_SIZE` bytes decoded one by one share one value, kept in ``memo`` (at most
     :data:`MEMO_ENTRIES` of them).
     """
+    if count >= SAME_MIN:
+        same = _same_layout(buf, pos - base, end - base, count, order, limit)
+        if same is not None:
+            return same
     unpack = _PAIR[order].unpack_from
     starts: list[int] = []
     sizes: list[int] = []
@@ -106,6 +112,49 @@ def decode_children(
     return nodes
 
 
+def _same_layout(
+    buf: _Bytes, q: int, stop: int, count: int, order: str, limit: int
+) -> list[Any] | None:
+    """The values of ``count`` consecutive miMATRIX elements from buffer offset ``q`` (all
+    before ``stop``) when they are one real 2-d numeric matrix's layout repeated: the first
+    decoded by :func:`quick_leaf`, every element's bytes before its values the same as the
+    first's, so each decodes as the first does; the values then come as one block (a
+    strided view of the buffer converted at once) whose rows are the elements (read-only
+    views). None otherwise."""
+    if q + 8 > stop:
+        return None
+    mdtype, nbytes = _PAIR[order].unpack_from(buf, q)
+    step = 8 + nbytes
+    if mdtype != 14 or q + count * step > stop or nbytes < _MIN_SIZE:
+        return None
+    ft, fn, word, _, dt, dn, d0, d1, nt, nn, vt, vn = _TWELVE[order].unpack_from(buf, q + 8)
+    small = vt >> 16  # the values in a small data element
+    stored = _STORED[order].get(vt & 0xFFFF if small else vt)
+    if (  # quick_leaf's commonest layout: a real 2-d numeric matrix without a name
+        stored is None or fn != 8 or dn != 8 or nn != 0 or ft not in (5, 6)
+        or dt not in (5, 6) or nt not in (1, 2, MI_UTF8) or word & _F_COMPLEX
+        or (small if small else vn) != d0 * d1 * stored.itemsize or (small and small > 4)
+    ):  # fmt: skip
+        return None
+    first = quick_leaf(buf, q, q + step, order, limit)
+    if type(first) is not np.ndarray or first.shape != (d0, d1):
+        return None
+    if stored.kind == "f" and first.dtype.kind in "iu":
+        return None  # NaN and out-of-range casts: one by one, as the generic parser
+    head = 52 if small else 56  # the bytes before the values
+    rows = np.frombuffer(buf, np.uint8, count * step, q).reshape(count, step)
+    if not (rows[:, :head] == rows[0, :head]).all():
+        return None
+    if not first.size:
+        return [first] * count  # read-only, shared: as identical elements are
+    values = rows[:, head : head + first.size * stored.itemsize].view(stored)
+    with np.errstate(all="ignore"):
+        block = values.astype(first.dtype)  # (count, numel), a copy
+    grid = block.reshape(count, d1, d0).transpose(0, 2, 1)
+    grid.setflags(write=False)
+    return list(grid)
+
+
 def _uniform(
     buf: _Bytes, base: int, pos: int, end: int, count: int, order: str
 ) -> tuple[list[int], list[int]] | None:
@@ -125,6 +174,8 @@ def _uniform(
     return list(range(q, q + count * step, step)), [nbytes] * count
 
 
+#: Fewest siblings tried as one layout repeated (:func:`_same_layout`).
+SAME_MIN: Final = 8
 #: Fewest siblings decoded together by :func:`_vector_leaves` (below it, one by one is
 #: faster: measured crossover between 64 and 128 siblings), and fewest of one group (class,
 #: type, dims) decoded together.
