@@ -49,6 +49,19 @@ def storage_options(endpoint: str) -> dict[str, Any]:
     }
 
 
+def put_missing(direct: dict[str, Any], bucket: str, files: dict[str, Path]) -> None:
+    """Upload ``files`` (key -> local path) into ``bucket`` with the server's own options
+    ``direct`` (full speed, not through a proxy), each unless an object of its size is
+    there already (an earlier run's, in a reused work directory)."""
+    import fsspec
+
+    up = fsspec.filesystem("s3", **direct)
+    for key, path in files.items():
+        remote_key = f"{bucket}/{key}"
+        if not up.exists(remote_key) or up.size(remote_key) != path.stat().st_size:
+            up.put_file(str(path), remote_key)
+
+
 @contextlib.contextmanager
 def s3_with_latency(
     root: Path, delay: float, rate: float = 0

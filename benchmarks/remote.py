@@ -32,15 +32,11 @@ def _server(workdir: Path, files: dict[str, Path]) -> Iterator[tuple[Any, dict[s
     """rclone + proxy with ``files`` (key -> local path) uploaded; yields (slow fs, options)."""
     import fsspec
 
-    from _s3 import s3_with_latency
+    from _s3 import put_missing, s3_with_latency
 
     (workdir / "s3" / BUCKET).mkdir(parents=True, exist_ok=True)
     with s3_with_latency(workdir / "s3", LATENCY) as (direct, slow):
-        up = fsspec.filesystem("s3", **direct)
-        for key, path in files.items():
-            remote_key = f"{BUCKET}/{key}"
-            if not up.exists(remote_key) or up.size(remote_key) != path.stat().st_size:
-                up.put_file(str(path), remote_key)
+        put_missing(direct, BUCKET, files)
         yield fsspec.filesystem("s3", **slow), slow
 
 

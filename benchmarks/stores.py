@@ -36,11 +36,10 @@ import numpy as np
 
 import npystore
 from _common import Row, Timing, _write_npy, rounds
-from cloud import BANDWIDTH, DELAY, RANGES, SECTION, Cloud, _load_avg
+from cloud import BANDWIDTH, BUCKET, DELAY, RANGES, SECTION, Cloud, _load_avg, npy_full_read
 
 HERE = Path(__file__).resolve().parent
 AZURITE = HERE.parent / "tests" / "servers" / "node_modules" / ".bin" / "azurite-blob"
-BUCKET = "bench"
 #: Row slabs of the distributed read (at most; 32 chunks at least in a small run).
 SLAB = 64 * 2**20
 
@@ -85,35 +84,11 @@ def azure_cloud(workdir: Path, files: dict[str, Path]) -> Iterator[Cloud]:
 def _npy_rows(protocol: str, workdir: Path, size: int, repeat: int) -> list[Row]:
     path = workdir / f"cloud-{size >> 20}MiB.npy"
     _write_npy(path, size)
-    want = np.load(path)
     load = _load_avg()
     store, lib = ("gcs", "gcsfs") if protocol == "gs" else ("azure", "adlfs")
     model = gcs_cloud if protocol == "gs" else azure_cloud
     with model(workdir, {path.name: path}) as c:
-        url = f"{protocol}://{BUCKET}/{path.name}"
-        total = path.stat().st_size
-        part = -(-total // RANGES)
-
-        def ours() -> Any:
-            return npystore.load(url, storage_options=c.opts)
-
-        def anchor() -> Any:
-            with c.fs.open(f"{BUCKET}/{path.name}", "rb") as f:
-                return np.load(f)
-
-        def ceiling() -> Any:
-            starts = list(range(0, total, part))
-            ends = [min(s + part, total) for s in starts]
-            return c.fs.cat_ranges([f"{BUCKET}/{path.name}"] * len(starts), starts, ends)
-
-        fns: dict[str, Callable[[], Any]] = {"npystore": ours, "anchor": anchor}
-        for name, fn in fns.items():  # warm-up and check
-            if not np.array_equal(fn(), want):
-                raise SystemExit(f"cloud-{store}-npy: {name} read different values")
-        ceiling()
-        del want
-        requests, moved = c.moved(ours)
-        t = rounds({**fns, "ceiling": ceiling}, repeat)
+        t, requests, moved = npy_full_read(c, path, repeat, f"cloud-{store}-npy", protocol)
     mib = size / 2**20
     timing = Timing("npystore.load", t["npystore"])
     return [

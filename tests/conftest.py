@@ -41,7 +41,7 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 import pytest
 
 from npystore.testing import LocalS3, S3Sandbox
-from npystore.testing.servers import ServerUnavailable, servers_required
+from npystore.testing.servers import Lifecycle, ServerUnavailable, servers_required
 
 _MARKERS = {
     "s3": ("s3", "s3_server"),
@@ -51,7 +51,7 @@ _MARKERS = {
     "rclone": ("rclone_strict",),
 }
 AZURITE = Path(__file__).parent / "servers" / "node_modules" / ".bin" / "azurite-blob"
-T = TypeVar("T")
+T = TypeVar("T", bound=Lifecycle)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -70,19 +70,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(getattr(pytest.mark, marker))
 
 
-def _started(make: Callable[[], T], *modules: str) -> T:
-    """``make().start()``; a missing program or client package skips (fails when servers
-    are required)."""
+def _serve(make: Callable[[], T], *modules: str) -> Iterator[T]:
+    """A session fixture's body: ``make().start()``, yielded, stopped at the end. A missing
+    program or client package skips (fails when servers are required)."""
     try:
         for module in modules:
             __import__(module)
         server = make()
-        server.start()  # type: ignore[attr-defined]
+        server.start()
     except (ServerUnavailable, ImportError) as exc:
         if servers_required():
             pytest.fail(f"a required test server is missing: {exc}")
         pytest.skip(f"server not available: {exc}")
-    return server
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _sandbox(server: Any, *, s3fs_cache: bool = False) -> Iterator[Any]:
+    """A test fixture's body: a fresh bucket of ``server`` (its ``sandbox()``), closed at the
+    end. ``s3fs_cache``: an S3 server's, with a new S3FileSystem (client, listing cache) for
+    the test; fsspec's instance cache then hands that same instance to code that opens URLs
+    with the sandbox's ``storage_options``."""
+    if s3fs_cache:
+        import s3fs
+
+        s3fs.S3FileSystem.clear_instance_cache()
+    sandbox = server.sandbox()
+    try:
+        yield sandbox
+    finally:
+        sandbox.close()
+        if s3fs_cache:
+            s3fs.S3FileSystem.clear_instance_cache()
 
 
 @pytest.fixture(scope="session")
@@ -97,17 +118,7 @@ def s3_server() -> Iterator[LocalS3]:
 @pytest.fixture
 def s3(s3_server: LocalS3) -> Iterator[S3Sandbox]:
     """A fresh bucket with its own filesystem and request counter; deleted afterwards."""
-    import s3fs
-
-    # A new S3FileSystem (client, listing cache) per test; fsspec's instance cache
-    # then hands that same instance to code that opens URLs with .storage_options.
-    s3fs.S3FileSystem.clear_instance_cache()
-    sandbox = s3_server.sandbox()
-    try:
-        yield sandbox
-    finally:
-        sandbox.close()
-        s3fs.S3FileSystem.clear_instance_cache()
+    yield from _sandbox(s3_server, s3fs_cache=True)
 
 
 @pytest.fixture(scope="session")
@@ -115,25 +126,13 @@ def seaweed_server() -> Iterator[Any]:
     """SeaweedFS (``weed server -s3``), shared by the session."""
     from npystore.testing.seaweed import SeaweedS3
 
-    server = _started(SeaweedS3, "s3fs", "boto3")
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _serve(SeaweedS3, "s3fs", "boto3")
 
 
 @pytest.fixture
 def seaweed(seaweed_server: Any) -> Iterator[S3Sandbox]:
     """A fresh SeaweedFS bucket with its own filesystem and request counter."""
-    import s3fs
-
-    s3fs.S3FileSystem.clear_instance_cache()
-    sandbox = seaweed_server.sandbox()
-    try:
-        yield sandbox
-    finally:
-        sandbox.close()
-        s3fs.S3FileSystem.clear_instance_cache()
+    yield from _sandbox(seaweed_server, s3fs_cache=True)
 
 
 @pytest.fixture(scope="session")
@@ -141,21 +140,13 @@ def gcs_server() -> Iterator[Any]:
     """fake-gcs-server, shared by the session."""
     from npystore.testing.gcs import LocalGCS
 
-    server = _started(LocalGCS, "gcsfs")
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _serve(LocalGCS, "gcsfs")
 
 
 @pytest.fixture
 def gcs(gcs_server: Any) -> Iterator[Any]:
     """A fresh bucket on the GCS emulator."""
-    sandbox = gcs_server.sandbox()
-    try:
-        yield sandbox
-    finally:
-        sandbox.close()
+    yield from _sandbox(gcs_server)
 
 
 @pytest.fixture(scope="session")
@@ -163,21 +154,13 @@ def azure_server() -> Iterator[Any]:
     """Azurite, shared by the session."""
     from npystore.testing.azurite import LocalAzurite
 
-    server = _started(lambda: LocalAzurite(None, AZURITE), "adlfs")
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _serve(lambda: LocalAzurite(None, AZURITE), "adlfs")
 
 
 @pytest.fixture
 def azure(azure_server: Any) -> Iterator[Any]:
     """A fresh container on Azurite."""
-    sandbox = azure_server.sandbox()
-    try:
-        yield sandbox
-    finally:
-        sandbox.close()
+    yield from _sandbox(azure_server)
 
 
 @pytest.fixture(scope="session")
@@ -185,10 +168,6 @@ def rclone_strict() -> Iterator[Any]:
     """``rclone serve s3`` taking multipart parts strictly in order, shared by the session."""
     from npystore.testing.rclone import RcloneS3
 
-    server = _started(
+    yield from _serve(
         lambda: RcloneS3(None, "--multipart-streaming-buffer-limit", "1"), "s3fs", "boto3"
     )
-    try:
-        yield server
-    finally:
-        server.stop()

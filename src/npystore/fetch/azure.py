@@ -333,12 +333,7 @@ def azure_open(
     """Identity (an ``info`` dict with the ETag) and the first ``count`` (> 0) bytes of a
     blob, from one ranged GET retried within ``budget`` (see
     :func:`npystore.fetch.openget.open_within`)."""
-    from fsspec.asyn import sync  # noqa: PLC0415 - adlfs is async
-
-    got: tuple[Mapping[str, Any], bytes] = sync(
-        fs.loop, _azure_opening, fs, path, name, count, budget
-    )
-    return got
+    return openget.run_opening(_azure_opening, fs, path, name, count, budget)
 
 
 async def _azure_opening(
@@ -349,24 +344,14 @@ async def _azure_opening(
     async def attempt(wanted: str) -> openget.Opened:
         first, _, last = wanted.removeprefix("bytes=").partition("-")
         headers, data = await target.get(int(first), int(last) + 1)
-        length = headers.get("Content-Length")
         fields = {
             "ETag": headers.get("ETag"),
             "VersionId": headers.get("VersionId"),
             "LastModified": headers.get("Last-Modified"),
         }
-        return openget.Opened(
-            headers.get("Content-Range") or "",
-            int(length) if length and length.isdigit() else None,
-            bytes(data),
-            {k: v for k, v in fields.items() if v},
-        )
+        return openget.Opened.from_http(headers, data, fields)
 
-    async def empty() -> Mapping[str, Any]:
-        info: Mapping[str, Any] = await fs._info(path)
-        return info
-
-    return await openget.open_within(name, count, budget, attempt, empty)
+    return await openget.open_within(name, count, budget, attempt, openget.info_of(fs, path))
 
 
 class AzureRanges(PinnedRanges):

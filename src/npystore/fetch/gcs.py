@@ -120,12 +120,7 @@ def gcs_open(
     """Identity (an ``info`` dict with the generation) and the first ``count`` bytes (last
     ``-count`` if negative) of a GCS object, from one ranged GET retried within ``budget``
     (see :func:`npystore.fetch.openget.open_within`)."""
-    from fsspec.asyn import sync  # noqa: PLC0415 - gcsfs is async
-
-    got: tuple[Mapping[str, Any], bytes] = sync(
-        fs.loop, _gcs_opening, fs, path, name, count, budget
-    )
-    return got
+    return openget.run_opening(_gcs_opening, fs, path, name, count, budget)
 
 
 async def _gcs_opening(
@@ -153,25 +148,15 @@ async def _gcs_opening(
                 f"without a Content-Encoding, or read it whole through a local copy "
                 f"('simplecache::{name}')"
             )
-        length = headers.get("Content-Length")
         fields = {
             "generation": answered,
             "metageneration": headers.get("X-Goog-Metageneration"),
             "ETag": headers.get("ETag"),
             "LastModified": headers.get("Last-Modified"),
         }
-        return openget.Opened(
-            headers.get("Content-Range", ""),
-            int(length) if length and length.isdigit() else None,
-            bytes(data),
-            {k: v for k, v in fields.items() if v},
-        )
+        return openget.Opened.from_http(headers, data, fields)
 
-    async def empty() -> Mapping[str, Any]:
-        info: Mapping[str, Any] = await fs._info(path)
-        return info
-
-    return await openget.open_within(name, count, budget, attempt, empty)
+    return await openget.open_within(name, count, budget, attempt, openget.info_of(fs, path))
 
 
 class GcsRanges(PinnedRanges):

@@ -5,7 +5,9 @@ read budget (part of the fetch layer).
 :func:`open_within` is the one retry loop of the opening GETs of S3
 (:func:`npystore.fetch.opening.s3_open`), GCS (:func:`npystore.fetch.gcs.gcs_open`) and
 Azure (:func:`npystore.fetch.azure.azure_open`); each store supplies one attempt (an
-:data:`OpenAttempt`) and how to ask an empty object's identity.
+:data:`OpenAttempt`) and how to ask an empty object's identity (:func:`info_of`, fsspec's
+``info``). :func:`run_opening` runs a store's opening on its filesystem's event loop, and
+:meth:`Opened.from_http` reads an answer's headers the same way for GCS and Azure.
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ from npystore.fetch import remote
 from npystore.fetch.budget import REMOTE_ATTEMPTS
 from npystore.fetch.opening import CONTENT_RANGE, named
 
-__all__ = ["OpenAttempt", "Opened", "RangeNotSatisfiable", "open_within"]
+__all__ = [
+    "OpenAttempt",
+    "Opened",
+    "Opening",
+    "RangeNotSatisfiable",
+    "info_of",
+    "open_within",
+    "run_opening",
+]
 
 
 def _opening_bytes(resp: Mapping[str, Any], data: bytes, count: int) -> tuple[int, bytes] | str:
@@ -59,11 +69,54 @@ class Opened:
     data: bytes
     fields: Mapping[str, Any]
 
+    @classmethod
+    def from_http(
+        cls,
+        headers: Mapping[str, str | None],
+        data: bytes | memoryview,
+        fields: Mapping[str, str | None],
+    ) -> Opened:
+        """An HTTP answer's: its ``Content-Range`` and ``Content-Length`` headers, its body,
+        and those of the identity ``fields`` that have a value."""
+        length = headers.get("Content-Length")
+        return cls(
+            headers.get("Content-Range") or "",
+            int(length) if length and length.isdigit() else None,
+            bytes(data),
+            {k: v for k, v in fields.items() if v},
+        )
+
 
 #: One opening GET: given the ``Range`` header's value (``bytes=0-127``, ``bytes=-65536``),
 #: its answer. It raises ``FileNotFoundError``/``PermissionError`` for a missing or
 #: forbidden object, :class:`RangeNotSatisfiable` for a 416, anything else to be retried.
 OpenAttempt = Callable[[str], Awaitable[Opened]]
+
+#: A store's whole opening on the event loop: ``(fs, path, name, count, budget)`` to what
+#: :func:`open_within` returns.
+Opening = Callable[[Any, str, str, int, float], Awaitable[tuple[Mapping[str, Any], bytes]]]
+
+
+def run_opening(
+    opening: Opening, fs: Any, path: str, name: str, count: int, budget: float
+) -> tuple[Mapping[str, Any], bytes]:
+    """Run ``opening`` on the event loop of ``fs`` (an async fsspec filesystem), from outside
+    that loop; its identity and bytes."""
+    from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
+
+    got: tuple[Mapping[str, Any], bytes] = sync(fs.loop, opening, fs, path, name, count, budget)
+    return got
+
+
+def info_of(fs: Any, path: str) -> Callable[[], Awaitable[Mapping[str, Any]]]:
+    """The ``empty`` of :func:`open_within` on an async fsspec filesystem: ``path``'s
+    ``info`` (the identity of an object no range can be read from)."""
+
+    async def empty() -> Mapping[str, Any]:
+        info: Mapping[str, Any] = await fs._info(path)
+        return info
+
+    return empty
 
 
 async def open_within(

@@ -499,10 +499,9 @@ def s3_open(
     total size in ``Content-Range``, so opening costs one round trip instead of two. An empty
     object (no range can be satisfied) falls back to ``info``.
     """
-    from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
+    from npystore.fetch.openget import run_opening  # noqa: PLC0415 - it imports this module
 
-    got: tuple[Mapping[str, Any], bytes] = sync(fs.loop, s3_opening, fs, path, name, count, budget)
-    return got
+    return run_opening(s3_opening, fs, path, name, count, budget)
 
 
 async def s3_opening(
@@ -512,6 +511,7 @@ async def s3_opening(
     from npystore.fetch.openget import (  # noqa: PLC0415 - it imports this module
         Opened,
         RangeNotSatisfiable,
+        info_of,
         open_within,
     )
 
@@ -551,8 +551,4 @@ async def s3_opening(
             fields,
         )
 
-    async def empty() -> Mapping[str, Any]:
-        info: Mapping[str, Any] = await fs._info(path)
-        return info
-
-    return await open_within(name, count, budget, attempt, empty)
+    return await open_within(name, count, budget, attempt, info_of(fs, path))

@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from npystore.testing.counting import RequestCounter
+from npystore.testing.servers import Lifecycle
 
 if TYPE_CHECKING:
     from s3fs import S3FileSystem
@@ -387,7 +388,7 @@ class S3Endpoint:
         return S3Sandbox(self, name, fs, options, RequestCounter.attach(fs))
 
 
-class LocalS3(S3Endpoint):
+class LocalS3(S3Endpoint, Lifecycle):
     """An in-process S3 server (moto) on a loopback port.
 
     Use it as a context manager, or call :meth:`start` and :meth:`stop`.
@@ -490,17 +491,6 @@ class LocalS3(S3Endpoint):
         if self._log_filter is not None:
             logging.getLogger("werkzeug").removeFilter(self._log_filter)
             self._log_filter = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = self._endpoint_url or "stopped"

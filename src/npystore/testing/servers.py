@@ -30,6 +30,7 @@ __all__ = [
     "REQUIRE_ENV",
     "ChildServer",
     "Launch",
+    "Lifecycle",
     "Sandbox",
     "ServerUnavailable",
     "find_program",
@@ -156,6 +157,31 @@ def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) ->
         proc.wait(timeout)
 
 
+class Lifecycle(abc.ABC):
+    """A server's :meth:`start` and :meth:`stop`, and a ``with`` block over them (started on
+    entry, stopped on exit): what every local test server has (:class:`ChildServer`,
+    :class:`~npystore.testing.s3.LocalS3`)."""
+
+    @abc.abstractmethod
+    def start(self) -> Self:
+        """Start the server and wait until it answers; a no-op if it is running."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Stop the server; idempotent."""
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
 @dataclass(frozen=True, slots=True)
 class Launch:
     """One attempt at starting a :class:`ChildServer`: its command line, the port that must
@@ -170,7 +196,7 @@ class Launch:
     cwd: Path | None = None
 
 
-class ChildServer(abc.ABC):
+class ChildServer(Lifecycle):
     """A server program run as a child process on 127.0.0.1, and its lifecycle: started on
     free ports in a temporary folder of its own (its log, and its data unless told
     otherwise), retried when another process took a port in between, waited for until it
@@ -276,17 +302,6 @@ class ChildServer(abc.ABC):
         folder, self._folder = self._folder, None
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._address or 'stopped'}>"

@@ -6,7 +6,7 @@ indexes (:mod:`npystore.formats.h5chunks`) and group symbol tables
 (:mod:`npystore.formats.h5groups`) itself, through the same cached
 :class:`~npystore.fetch.blockfile.BlockFile` h5py reads, one batch of concurrent requests per
 B-tree level, and keeps what it validated. :mod:`npystore.files.mat.hdf5` builds chunk tables
-from it
+from it (and compares contiguous addresses with the raw bytes it reads, :meth:`H5Meta.read_raw`)
 and :mod:`npystore.files.mat.h5safe` lets libhdf5 at a group only after its symbol table passed.
 
 No h5py here: callers hand in object header addresses and dataset geometry.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Final
+from typing import Any, ClassVar, Final, Self
 
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader
@@ -24,13 +24,46 @@ from npystore.fetch.blockfile import BlockFile
 from npystore.formats import h5chunks, h5groups, h5index
 from npystore.formats.h5chunks import ChunkTable, Geometry
 
-__all__ = ["H5Meta"]
+__all__ = ["H5Meta", "PerReader"]
 
 #: Object headers whose messages are kept per file.
 _HEADER_CACHE: Final = 4096
 
 
-class H5Meta:
+class PerReader:
+    """What is kept about one file while its reader lives: one instance per reader and
+    class (:meth:`for_reader`), its state guarded by ``_lock``.
+
+    Parameters
+    ----------
+    reader : RangeReader
+        Reader of the file.
+    """
+
+    #: The instances of this class, by reader (each subclass has its own).
+    _kept: ClassVar[weakref.WeakKeyDictionary[RangeReader, Any]]
+    _kept_lock: ClassVar[threading.Lock]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._kept = weakref.WeakKeyDictionary()
+        cls._kept_lock = threading.Lock()
+
+    def __init__(self, reader: RangeReader) -> None:
+        self.reader = reader
+        self._lock = threading.RLock()
+
+    @classmethod
+    def for_reader(cls, reader: RangeReader) -> Self:
+        """The instance of ``reader``'s file (made on first use, kept while it lives)."""
+        with cls._kept_lock:
+            found: Self | None = cls._kept.get(reader)
+            if found is None:
+                found = cls._kept[reader] = cls(reader)
+            return found
+
+
+class H5Meta(PerReader):
     """The validated metadata of one HDF5 file (one per reader: :meth:`for_reader`).
 
     Parameters
@@ -40,25 +73,15 @@ class H5Meta:
     """
 
     def __init__(self, reader: RangeReader) -> None:
-        self.reader = reader
+        super().__init__(reader)
         self.base: int | None = None
         self._blockfile: weakref.ref[BlockFile] | None = None
-        self._lock = threading.RLock()
         self._sb: h5index.Superblock | None = None
         self._headers: dict[int, tuple[tuple[int, bytes], ...]] = {}
         self._groups: dict[int, list[tuple[str, int]] | None] = {}
 
     def __repr__(self) -> str:
         return f"H5Meta({self.reader.url!r}, base={self.base})"
-
-    @classmethod
-    def for_reader(cls, reader: RangeReader) -> H5Meta:
-        """The metadata of ``reader``'s file (made on first use, kept while it lives)."""
-        with _LOCK:
-            meta = _METAS.get(reader)
-            if meta is None:
-                meta = _METAS[reader] = cls(reader)
-            return meta
 
     def attach(self, blockfile: BlockFile | None, base: int) -> None:
         """Read through ``blockfile``'s cache while it is open; the superblock is at
@@ -87,6 +110,14 @@ class H5Meta:
             raise ValueError(f"{self.reader.url}: H5Meta used before attach()")
         return self.base
 
+    def read_raw(self, start: int, stop: int) -> bytes:
+        """The file's bytes ``[start, stop)`` at absolute offsets (no base address), through
+        the block cache while one is attached."""
+        blockfile = self.blockfile()
+        if blockfile is not None:
+            return blockfile.read_at(start, stop)
+        return self.reader.read(start, stop)
+
     def read(self, start: int, stop: int) -> bytes:
         """The bytes ``[start, stop)`` relative to the base address (short at the end)."""
         base = self._base()
@@ -94,10 +125,7 @@ class H5Meta:
         start = base + start
         if start >= stop:
             return b""
-        blockfile = self.blockfile()
-        if blockfile is not None:
-            return blockfile.read_at(start, stop)
-        return self.reader.read(start, stop)
+        return self.read_raw(start, stop)
 
     def fetch(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """The bytes of several ranges relative to the base address, fetched in one batch of
@@ -203,7 +231,3 @@ class H5Meta:
         with self._lock:
             self._groups[address] = links
         return links
-
-
-_METAS: weakref.WeakKeyDictionary[RangeReader, H5Meta] = weakref.WeakKeyDictionary()
-_LOCK: Final = threading.Lock()

@@ -34,8 +34,6 @@ Typical use::
 from __future__ import annotations
 
 import math
-import threading
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final
@@ -46,7 +44,7 @@ import numpy as np
 from npystore.errors import FormatError, NpystoreError, UnsupportedError
 from npystore.fetch import RangeReader
 from npystore.fetch.blockfile import DEFAULT_BLOCK_SIZE, WHOLE_FILE_LIMIT, BlockFile
-from npystore.files.mat.h5meta import H5Meta
+from npystore.files.mat.h5meta import H5Meta, PerReader
 from npystore.files.mat.h5safe import check_storage, object_identity
 from npystore.formats.h5chunks import ChunkTable, Geometry
 from npystore.read.layout import (
@@ -82,11 +80,12 @@ _PREFIX_BYTES: Final = 4096
 MAX_CHUNK_GRID: Final = 1 << 24
 
 
-class AddressCheck:
+class AddressCheck(PerReader):
     """Byte addresses libhdf5 reports for one file, checked against the file's bytes.
 
-    One per reader (:meth:`for_reader`); :func:`open_h5` registers its :class:`BlockFile`
-    so that the raw bytes compared come from the block cache. The first contiguous dataset
+    One per reader (:meth:`for_reader`); the raw bytes compared are read through the file's
+    :class:`~npystore.files.mat.h5meta.H5Meta` (from the block cache :func:`open_h5`
+    attached to it, while that is open). The first contiguous dataset
     decides the correction of every contiguous address of the file
     (:attr:`contiguous_shift`, 0 or the user block size). Chunk addresses come from
     npystore's own parse of the chunk index and need no correction.
@@ -98,41 +97,18 @@ class AddressCheck:
     """
 
     def __init__(self, reader: RangeReader) -> None:
-        self.reader = reader
+        super().__init__(reader)
         #: Bytes added to every contiguous address (None until one was checked).
         self.contiguous_shift: int | None = None
-        self._blockfile: weakref.ref[BlockFile] | None = None
-        self._lock = threading.RLock()
 
     def __repr__(self) -> str:
         return f"AddressCheck({self.reader.url!r}, contiguous_shift={self.contiguous_shift})"
-
-    @classmethod
-    def for_reader(cls, reader: RangeReader) -> AddressCheck:
-        """The check of ``reader``'s file (made on first use, kept while the reader lives)."""
-        with _CHECKS_LOCK:
-            check = _CHECKS.get(reader)
-            if check is None:
-                check = _CHECKS[reader] = cls(reader)
-            return check
-
-    def attach(self, blockfile: BlockFile) -> None:
-        """Read raw bytes through ``blockfile``'s cache while it is open."""
-        self._blockfile = weakref.ref(blockfile)
-
-    def blockfile(self) -> BlockFile | None:
-        """The attached :class:`BlockFile`, while it is open."""
-        blockfile = self._blockfile() if self._blockfile is not None else None
-        return blockfile if blockfile is not None and not blockfile.closed else None
 
     def read_raw(self, start: int, stop: int) -> bytes | None:
         """The file's bytes ``[start, stop)``, or None if they lie outside the file."""
         if start < 0 or stop > self.reader.size:
             return None
-        blockfile = self.blockfile()
-        if blockfile is not None:
-            return blockfile.read_at(start, stop)
-        return self.reader.read(start, stop)
+        return H5Meta.for_reader(self.reader).read_raw(start, stop)
 
     def contiguous_shift_of(
         self, dset: Any, offset: int, nbytes: int, userblock: int, source: str
@@ -186,11 +162,6 @@ class AddressCheck:
         )
 
 
-#: The address check of each live reader.
-_CHECKS: weakref.WeakKeyDictionary[RangeReader, AddressCheck] = weakref.WeakKeyDictionary()
-_CHECKS_LOCK: Final = threading.Lock()
-
-
 def open_h5(reader: RangeReader, *, block_size: int | None = None) -> h5py.File:
     """Open the HDF5 file behind ``reader`` with h5py, over a cached :class:`BlockFile`.
 
@@ -232,7 +203,6 @@ def open_h5(reader: RangeReader, *, block_size: int | None = None) -> h5py.File:
         except BaseException:
             h5.close()
             raise
-    AddressCheck.for_reader(reader).attach(blockfile)
     return h5
 
 
