@@ -131,8 +131,7 @@ def test_v5_compressed_variable_is_inflated_once(
     its whole zlib stream again for every such leaf (pymatreader's cell_struct_v7.mat:
     44 ms against scipy's 3.5 ms), and ``load`` of any container inflated it once more to
     find it was no small numeric value. Each variable's stream is inflated once."""
-    from npystore.files.mat import v5
-    from npystore.formats import deflate
+    from npystore.files.mat import v5, v5_source
     from npystore.read import inflate
 
     rng = np.random.default_rng(0)
@@ -155,14 +154,14 @@ def test_v5_compressed_variable_is_inflated_once(
         passes.append("small")
         return small(data)
 
-    whole = deflate.inflate_zlib
+    whole = v5_source.inflate_zlib
 
     def counted_whole(data: Any, size: int, *, source: str, **kw: Any) -> Any:
         passes.append(source.rsplit(":", 1)[1])  # "<url>:<name>"
         return whole(data, size, source=source, **kw)
 
     monkeypatch.setattr(inflate, "stream", counted_stream)
-    monkeypatch.setattr(deflate, "inflate_zlib", counted_whole)
+    monkeypatch.setattr(v5_source, "inflate_zlib", counted_whole)
     monkeypatch.setattr(v5, "_inflate_small", counted_small)
     theirs = sio.loadmat(path)
     m = npystore.open_mat(str(path))

@@ -62,7 +62,7 @@ from typing import Any, Final, Protocol
 import numpy as np
 
 from npystore.errors import FormatError, UnsupportedError
-from npystore.formats.deflate import inflate_zlib
+from npystore.formats.zlib_whole import inflate_zlib
 
 __all__ = [
     "ChunkSteps",

@@ -38,7 +38,7 @@ __all__ = ["Builder", "char_value"]
 
 
 class Source(Protocol):
-    """Where a variable's bytes are (``npystore.files.mat.v5._Source``)."""
+    """Where a variable's bytes are (:class:`npystore.files.mat.v5_source.ElementSource`)."""
 
     def read(self, start: int, stop: int) -> bytes: ...
 
