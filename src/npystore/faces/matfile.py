@@ -148,7 +148,10 @@ class MatFile(Mapping[str, Any]):
         """The variable with every array read into memory (numpy instead of dask).
 
         Small variables of a v5 file are decoded from the bytes read when the file was
-        opened, without building their tree.
+        opened, without building their tree; the values of other v5 variables that were
+        read (or inflated) with the variable's tree are taken from those bytes, not read
+        again. Such a tree is not kept: each call reads the variable anew (a tree built
+        by ``m[name]`` or :meth:`node` is kept, and used by later calls).
         """
         node = self._nodes.get(name)
         if node is None:
