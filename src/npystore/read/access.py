@@ -291,16 +291,24 @@ def convert_values(
 def _read_inline(
     layout: ArrayLayout, storage: InlineExtent, selection: Hyperslab
 ) -> np.ndarray[Any, Any]:
+    whole = _inline_view(layout, storage)
+    picked = np.array(as_records(whole)[_as_index(selection)], order=layout.order)
+    return picked.view(layout.dtype)
+
+
+def _inline_whole(layout: ArrayLayout, storage: InlineExtent) -> np.ndarray[Any, Any]:
+    """The whole array of inline bytes: one copy (every byte of each record kept)."""
+    whole = as_records(_inline_view(layout, storage))
+    return whole.copy(order=layout.order).view(layout.dtype)
+
+
+def _inline_view(layout: ArrayLayout, storage: InlineExtent) -> np.ndarray[Any, Any]:
     if len(storage.data) != layout.nbytes:
         raise FormatError(
             f"inline data holds {len(storage.data)} bytes, expected {layout.nbytes} for "
             f"{layout.shape} {layout.dtype}"
         )
-    whole: np.ndarray[Any, Any] = np.ndarray(
-        layout.shape, dtype=layout.dtype, buffer=storage.data, order=layout.order
-    )
-    picked = np.array(as_records(whole)[_as_index(selection)], order=layout.order)
-    return picked.view(layout.dtype)
+    return np.ndarray(layout.shape, dtype=layout.dtype, buffer=storage.data, order=layout.order)
 
 
 def _read_deflated(
@@ -495,6 +503,8 @@ class LayoutArray:
             return _load_pickled(self.reader, self.layout)
         if isinstance(storage, DeflatedExtent):
             return _read_whole_deflated(self.reader, self.layout, storage)
+        if isinstance(storage, InlineExtent):
+            return _inline_whole(self.layout, storage)
         if isinstance(storage, ConvertedExtent):
             real = LayoutArray(self.reader, storage.real, source=self.source).read(
                 parallel=parallel

@@ -382,24 +382,30 @@ def build_csc(
     if len(dims) != 2:
         raise FormatError(f"{source}: sparse matrix with dims {dims}, expected 2 dims")
     m, n = dims
-    jc = np.asarray(jc, dtype=np.int64).ravel()
-    ir = np.asarray(ir, dtype=np.int64).ravel()
+    jc, ir = (_integers(np.asarray(a).ravel()) for a in (jc, ir))  # checked before a cast
     data = np.asarray(data).ravel()
     if jc.size != n + 1:
         raise FormatError(f"{source}: sparse jc has {jc.size} values, expected {n + 1}")
-    nnz = int(jc[-1]) if jc.size else 0
-    if jc[0] != 0 or np.any(np.diff(jc) < 0) or nnz > min(ir.size, data.size):
+    nnz = int(jc[-1])
+    if jc[0] != 0 or (jc[1:] < jc[:-1]).any() or nnz > min(ir.size, data.size):
         raise FormatError(
             f"{source}: sparse column starts {jc[:8].tolist()}... are not non-decreasing from 0 "
             f"to at most {min(ir.size, data.size)} values"
         )
     ir, data = ir[:nnz], data[:nnz]
-    if nnz and (ir.min() < 0 or ir.max() >= m):
+    if nnz and (int(ir.min()) < 0 or int(ir.max()) >= m):
         raise FormatError(f"{source}: sparse row index outside 0..{m - 1}")
+    # every value now fits the index type (rows below m, starts at most nnz)
     index_dtype = np.int32 if max(m, n, nnz) < 2**31 else np.int64
     return scipy_sparse.csc_matrix(
-        (data, ir.astype(index_dtype), jc.astype(index_dtype)), shape=(m, n)
+        (data, ir.astype(index_dtype, copy=False), jc.astype(index_dtype, copy=False)),
+        shape=(m, n),
     )
+
+
+def _integers(a: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """An integer array as it is, another as int64."""
+    return a if a.dtype.kind in "iu" else a.astype(np.int64)
 
 
 def to_value(
