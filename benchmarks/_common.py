@@ -13,6 +13,11 @@ from typing import Any
 
 import numpy as np
 
+#: A fresh interpreter's environment as for an installed package: bytecode written (and
+#: then read). Without it (``PYTHONDONTWRITEBYTECODE``) every run compiles npystore's
+#: modules again.
+INSTALLED_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
 #: Seconds the loopback proxy adds to every S3 request (a cloud store's round trip).
 LATENCY = 0.030
 

@@ -15,7 +15,6 @@ package: otherwise every run compiles npystore's modules again.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -23,10 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from _common import INSTALLED_ENV as _ENV
 from _common import Row, Timing
-
-#: The subprocesses' environment: bytecode written (and then read), as an installed package.
-_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def _run(args: list[str]) -> float:
