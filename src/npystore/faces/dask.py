@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
-import uuid
+import os
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -180,7 +180,7 @@ def to_dask(
     if name is None:
         name = f"{prefix}-{token}"
     elif name is False:
-        name = f"{prefix}-{uuid.uuid4().hex}"
+        name = f"{prefix}-{os.urandom(16).hex()}"
     elif not isinstance(name, str):
         raise TypeError(f"name must be a string, False or None, not {name!r}")
     meta = np.empty((0,) * layout.ndim, dtype=layout.dtype)

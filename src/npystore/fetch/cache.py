@@ -41,14 +41,11 @@ POSIX only (``O_NOFOLLOW`` and ``openat``); where they are missing the cache is 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import stat
 import struct
 from typing import Final
-
-from npystore.fetch.tempfiles import sweep, temporary_name
 
 __all__ = [
     "CACHE_ENV",
@@ -110,7 +107,7 @@ def resolve_cache_dir(option: IndexCacheOption) -> str | None:
 
 def entry_name(key: str) -> str:
     """The file name of the entry for ``key`` in the cache directory."""
-    return hashlib.sha256(key.encode()).hexdigest()[:32] + SUFFIX
+    return _sha256(key.encode()).hex()[:32] + SUFFIX
 
 
 def read_cache_file(directory: str, key: str, *, max_bytes: int) -> bytes | None:
@@ -162,6 +159,8 @@ def write_cache_file(
     if dfd is None:
         return
     name = entry_name(key)
+    from npystore.fetch.tempfiles import temporary_name  # noqa: PLC0415 - on first write
+
     tmp = temporary_name()
     try:
         try:
@@ -267,9 +266,9 @@ def _entry_problem(st: os.stat_result, max_bytes: int) -> str | None:
 
 
 def _wrap(key: str, payload: bytes) -> bytes:
-    head = _HEAD.pack(ENTRY_MAGIC, hashlib.sha256(key.encode()).digest(), len(payload))
+    head = _HEAD.pack(ENTRY_MAGIC, _sha256(key.encode()), len(payload))
     body = head + payload
-    return body + hashlib.sha256(body).digest()
+    return body + _sha256(body)
 
 
 def _unwrap(data: bytes, key: str) -> bytes | str:
@@ -281,11 +280,19 @@ def _unwrap(data: bytes, key: str) -> bytes | str:
         return "not an entry of this format"
     if length != len(data) - _HEAD.size - _DIGEST:
         return f"declares {length} bytes, holds {len(data) - _HEAD.size - _DIGEST}"
-    if hashlib.sha256(data[:-_DIGEST]).digest() != data[-_DIGEST:]:
+    if _sha256(data[:-_DIGEST]) != data[-_DIGEST:]:
         return "checksum mismatch (damaged)"
-    if digest != hashlib.sha256(key.encode()).digest():
+    if digest != _sha256(key.encode()):
         return "the entry of another key"
     return data[_HEAD.size : -_DIGEST]
+
+
+def _sha256(data: bytes) -> bytes:
+    """SHA-256 of ``data``: hashlib (and OpenSSL) loaded on first use, not when a read
+    that never touches the cache imports this module."""
+    import hashlib  # noqa: PLC0415
+
+    return hashlib.sha256(data).digest()
 
 
 def _read_all(fd: int, size: int) -> bytes:
@@ -333,6 +340,8 @@ def _prune(dfd: int, directory: str, budget: int, keep: str) -> None:
     """Remove the least recently used entries until the directory holds ``budget`` bytes
     (never ``keep``, the entry just written), anything else that ends like an entry but is
     no regular file, and the temporary files of dead processes."""
+    from npystore.fetch.tempfiles import sweep  # noqa: PLC0415 - on first prune
+
     sweep(directory)
     entries = []
     try:

@@ -28,8 +28,6 @@ to another, and no index cache entry is read or written for it (:attr:`strong`).
 from __future__ import annotations
 
 import os
-import secrets
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -66,12 +64,18 @@ _OPEN_KEY: Final = "open"
 def _host() -> str:
     """This machine's name (a device number means something on its machine only)."""
     global _HOST  # noqa: PLW0603 - asked once per process
-    if _HOST is None:
-        _HOST = socket.gethostname()
+    if _HOST is None:  # os.uname: no socket module to import (POSIX); else socket's
+        _HOST = os.uname().nodename if hasattr(os, "uname") else _gethostname()
     return _HOST
 
 
 _HOST: str | None = None
+
+
+def _gethostname() -> str:
+    import socket  # noqa: PLC0415 - where os.uname is missing (Windows)
+
+    return socket.gethostname()
 
 
 def stat_fields(st: os.stat_result) -> tuple[tuple[str, str], ...]:
@@ -186,7 +190,7 @@ class ObjectIdentity:
         """``fields``, plus a per-open token when none of them names one content."""
         if any(_strong(key, value) for key, value in fields):
             return fields
-        return (*fields, (_OPEN_KEY, secrets.token_hex(8)))
+        return (*fields, (_OPEN_KEY, os.urandom(8).hex()))
 
     @property
     def markers(self) -> tuple[tuple[str, str], ...]:
