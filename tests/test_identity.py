@@ -173,6 +173,47 @@ def test_a_write_that_overlaps_a_batch_of_reads_is_seen(
         reader.readinto_many([(128, memoryview(bufs[0])), (8192, memoryview(bufs[1]))])
 
 
+def test_byte_reads_check_the_identity_and_the_length(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``RangeReader.read`` of a local file (``os.pread`` into new bytes): a write between
+    two ranges of one batch raises as ``readinto_many`` does; a short read is continued
+    until the range is whole, and a file that ends first raises."""
+    a, b = _versions(2)
+    path = tmp_path / "o.npy"
+    np.save(path, a)
+    data = path.read_bytes()
+    reader = open_reader(str(path), head=0)  # nothing held: every range is read
+    ranges = [(4096, 8192), (8192, 12288)]
+    assert reader.read_many(ranges) == [data[4096:8192], data[8192:12288]]
+    real = os.pread
+    calls = 0
+
+    def short(fd: int, n: int, offset: int) -> bytes:  # at most 1000 bytes per call
+        nonlocal calls
+        calls += 1
+        return real(fd, min(n, 1000), offset)
+
+    monkeypatch.setattr(os, "pread", short)
+    assert reader.read(4096, 12288) == data[4096:12288]
+    assert calls == 9
+    monkeypatch.setattr(os, "pread", lambda fd, n, offset: b"")  # the file ends first
+    with pytest.raises(ConsistencyError, match="shorter than when it was opened"):
+        reader.read(4096, 8192)
+    monkeypatch.setattr(os, "pread", real)
+    pread_bytes = LocalRanges._pread_bytes
+
+    def then_write(self: LocalRanges, fd: int, start: int, size: int) -> bytes:
+        got = pread_bytes(self, fd, start, size)
+        if start == 4096:
+            _rewrite(path, _npy_bytes(b), True)
+        return got
+
+    monkeypatch.setattr(LocalRanges, "_pread_bytes", then_write)
+    with pytest.raises(ConsistencyError, match="while it was being read"):
+        reader.read_many(ranges)
+
+
 def test_open_file_objects_are_pinned_by_ctime(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
