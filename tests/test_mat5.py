@@ -1096,3 +1096,20 @@ def test_bad_sparse_indices_are_format_errors() -> None:
         var = parse_variable(bad, 0, "<", source=SRC)
         with pytest.raises(FormatError, match=f"^{SRC}: sparse variable ''"):
             var.decode(bad)
+
+
+@given(
+    st.lists(st.integers(0, 0xFFFF), min_size=1, max_size=12),
+    st.sampled_from(["<u2", "<u4"]),
+)
+@settings(max_examples=200, deadline=None)
+def test_a_single_char_row_reads_as_the_generic_arrangement(units: list[int], dtype: str) -> None:
+    """One row of characters (NULs, lone and paired surrogates included) gives the string
+    the generic arrangement of the same units gives (a 1xNx1 array)."""
+    from npystore.formats.mat5._char import chars_from_units
+
+    arr = np.array(units, dtype=dtype)
+    row = chars_from_units(arr, (1, len(units)))
+    generic = chars_from_units(arr, (1, len(units), 1))
+    assert row.shape == (1,)
+    assert row[0] == generic[0, 0]

@@ -192,6 +192,10 @@ def chars_from_units(
         raise FormatError(prefix + problem)
     if math.prod(dims) == 0:  # no data: empty strings (dims[1] == 0) or no strings at all
         return np.full(dims[:1] + dims[2:], "", dtype=object)
+    if len(dims) == 2 and dims[0] == 1:  # one row (the commonest): no grid to arrange
+        one = np.empty(1, dtype=object)
+        one[0] = _join_units(units.reshape(-1))
+        return one
     grid = np.moveaxis(units.reshape(dims, order="F"), 1, -1)
     width = grid.shape[-1]
     if width and grid.size and not np.any((grid == 0) | ((grid >= 0xD800) & (grid <= 0xDFFF))):
