@@ -85,10 +85,14 @@ class Builder:
         the i-th); decoded values cost one leaf per distinct value."""
         out: list[MatNode] = []
         append = out.append
+        leaves: dict[int, ValueLeaf] = {}  # by value: identical elements share one value
         for i, node in enumerate(nodes):
             kind = type(node)
             if kind is np.ndarray:
-                append(ValueLeaf(node))  # type: ignore[arg-type]  # the type is checked
+                leaf = leaves.get(id(node))
+                if leaf is None:
+                    leaf = leaves[id(node)] = ValueLeaf(node)  # type: ignore[arg-type]
+                append(leaf)
             elif kind is str:
                 append(row_leaf(node))  # type: ignore[arg-type]
             elif kind is mat5.DecodedChars:
