@@ -296,14 +296,17 @@ class Mat5File:
         straight from the bytes read at open (:class:`~npystore.files.mat.tree.ValueLeaf`,
         :class:`~npystore.files.mat.tree.CharLeaf`), else its :meth:`node` with the values
         read with the variable held in it (``inline``: no second read of them)."""
-        if name not in self._vars:
+        listed = self._vars.get(name)
+        if listed is None:
             raise KeyError(f"{self.source}: no variable {name!r}")
-        quick = self._quick(name)
+        quick = self._quick(name, listed)
         return self.node(name, inline=True) if quick is None else quick
 
-    def _quick(self, name: str) -> MatNode | None:
+    def _quick(
+        self, name: str, listed: tuple[int, int, bool, int, tuple[int, ...], int]
+    ) -> MatNode | None:
         """A small numeric or char variable decoded from the bytes read at open, or None."""
-        offset, total, compressed, flags, dims, head = self._vars[name]
+        offset, total, compressed, flags, dims, head = listed
         if flags < 0 or (flags & 0xFF) < _CHAR or (flags & 0xFF) == _SPARSE:
             return None  # an unusual header, a container, an object or sparse: its tree
         order = self.header.byte_order

@@ -311,17 +311,16 @@ def quick_numeric(
         arr = np.empty(dims, out, order="F")
         arr.setflags(write=False)
         return arr
-    values = np.frombuffer(buf, stored, numel, real[1])
     if imag is not None and istored is not None:
         arr = np.empty(numel, out)
-        arr.real = values
+        arr.real = np.frombuffer(buf, stored, numel, real[1])
         arr.imag = np.frombuffer(buf, istored, numel, imag[1])
         arr = arr.reshape(dims, order="F")
     elif stored.kind == "f" and out.kind in "iu":
         with np.errstate(all="ignore"):  # NaN or out of range, as NumericArray.convert
-            arr = values.astype(out).reshape(dims, order="F")
+            arr = np.frombuffer(buf, stored, numel, real[1]).astype(out).reshape(dims, order="F")
     else:  # one array object (no base array behind a reshaped view)
-        arr = values.reshape(dims, order="F").astype(out, order="K")
+        arr = np.ndarray(dims, stored, buf, real[1], order="F").astype(out, order="K")
     arr.setflags(write=False)
     return arr
 
