@@ -18,9 +18,10 @@ calls per batch, none per range.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Final
 
@@ -71,9 +72,7 @@ class LocalRanges(Transport):
     ) -> None:
         if parallel:
             requests = split_requests(requests, LOCAL_PART_SIZE)
-        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        try:
-            self._check_identity(fd, "")
+        with self._checked() as fd:
             if parallel and len(requests) > 1:
                 pool = _thread_pool()
                 futures: list[Future[None]] = [
@@ -84,21 +83,24 @@ class LocalRanges(Transport):
             else:
                 for start, view in requests:
                     self._pread_full(fd, start, view)
-            self._check_identity(fd, " while it was being read")
-        finally:
-            os.close(fd)
 
     def read(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """Each ``[start, stop)`` range's bytes, read with ``os.pread`` into new ``bytes``
         (no zero-filled buffer, no copy) between the two identity checks."""
+        with self._checked() as fd:
+            return [self._pread_bytes(fd, start, stop - start) for start, stop in ranges]
+
+    @contextlib.contextmanager
+    def _checked(self) -> Iterator[int]:
+        """The file opened for one batch of reads, its identity checked before and after
+        them (not after a batch that failed)."""
         fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
             self._check_identity(fd, "")
-            out = [self._pread_bytes(fd, start, stop - start) for start, stop in ranges]
+            yield fd
             self._check_identity(fd, " while it was being read")
         finally:
             os.close(fd)
-        return out
 
     def is_current(self) -> bool:
         """Whether the file at the path is still the one opened (one ``stat``)."""
@@ -124,10 +126,7 @@ class LocalRanges(Transport):
         while done < size:  # a short read (rare): the rest, until the end of the file
             more = os.pread(fd, size - done, start + done)
             if not more:
-                raise ConsistencyError(
-                    f"{self.url}: file ended at byte {start + done} while reading "
-                    f"[{start}, {start + size}); it is shorter than when it was opened"
-                )
+                raise self._ended(start, done, size)
             pieces.append(more)
             done += len(more)
         return b"".join(pieces)
@@ -138,11 +137,14 @@ class LocalRanges(Transport):
         while done < total:
             n = os.preadv(fd, [view[done:]], start + done)
             if n <= 0:
-                raise ConsistencyError(
-                    f"{self.url}: file ended at byte {start + done} while reading "
-                    f"[{start}, {start + total}); it is shorter than when it was opened"
-                )
+                raise self._ended(start, done, total)
             done += n
+
+    def _ended(self, start: int, done: int, size: int) -> ConsistencyError:
+        return ConsistencyError(
+            f"{self.url}: file ended at byte {start + done} while reading "
+            f"[{start}, {start + size}); it is shorter than when it was opened"
+        )
 
 
 class FileRanges(Transport):

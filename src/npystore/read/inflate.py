@@ -80,20 +80,13 @@ KEEP_SHARE: Final = 64
 TAIL: Final = 64 * 2**10
 
 
-def inflate_into(
-    reader: RangeReader,
-    member: DeflatedMember,
-    out: memoryview,
-    *,
-    held: bytes | memoryview | None = None,
-) -> None:
+def inflate_into(reader: RangeReader, member: DeflatedMember, out: memoryview) -> None:
     """Inflate the whole member into ``out`` (its uncompressed size) and check its CRC-32
-    (``held``: its compressed bytes, when the caller has them: nothing is read)."""
+    (a whole stream already in memory goes to :func:`npystore.formats.zlib_whole.inflate_zlib`
+    instead)."""
     if out.nbytes != member.uncompressed_size:
         raise ValueError(f"buffer of {out.nbytes} bytes for {member.uncompressed_size}")
-    if held is not None and len(held) != member.compressed_size:
-        raise ValueError(f"{len(held)} compressed bytes held for {member.compressed_size}")
-    sums = stream(reader, member, out, 0, held=held)
+    sums = stream(reader, member, out, 0)
     crc, adler = sums if sums is not None else (0, 1)
     check_full_pass(f"{reader.url}:{member.name}", member, member.uncompressed_size, crc, adler)
 

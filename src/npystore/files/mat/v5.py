@@ -352,7 +352,7 @@ class Mat5File:
             elif element is None:
                 element = r.read(e.offset, min(e.end, e.offset + READ_WHOLE))
             if whole:
-                src.raw, src.raw_base = element, e.offset
+                src.raw, src.raw_base = memoryview(element), e.offset
             return _in_pieces(
                 lambda extra: mat5.parse_variable(
                     element, e.offset, order, source=r.url, max_depth=self.max_depth,

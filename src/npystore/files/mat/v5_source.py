@@ -54,7 +54,7 @@ class ElementSource:
         #: in its layout (:class:`InlineExtent`) whatever its size
         self.inline = inline
         #: an uncompressed element's bytes, when it was read whole, and its offset
-        self.raw: memoryview | bytes | None = None
+        self.raw: memoryview | None = None
         self.raw_base = 0
         self.where = f"{reader.url}:{name}" if name else reader.url
         self.member: DeflatedMember | None = None
@@ -200,7 +200,7 @@ class ElementSource:
         raw, base = self.raw, self.raw_base
         if raw is None or start < base or stop - base > len(raw):
             return None
-        return memoryview(raw)[start - base : stop - base]  # no copy
+        return raw[start - base : stop - base]  # no copy
 
 
 def mat5_pair(order: str) -> struct.Struct:
