@@ -1279,6 +1279,10 @@ class FakeGroup:
             return False
         return True
 
+    def deref(self, ref: Any, address: int | None) -> Any:
+        del address
+        return self[ref]
+
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, FakeRef):
             if key.target is None:
@@ -1819,7 +1823,8 @@ def test_h5_generated_object_headers(
     ops: list[tuple[int, int, int]],
 ) -> None:
     """Generated version-1 and version-2 object headers (attribute, layout, datatype and
-    other messages, a continuation block): parsed back message for message; then mutated:
+    other messages, a continuation block): parsed back message for message, shared ones
+    marked; then mutated:
     messages or FormatError only."""
     flags = (flags & 0x34) | 2  # 4-byte chunk size; times, phase change, creation order
     if version == 0:
@@ -1833,7 +1838,8 @@ def test_h5_generated_object_headers(
     messages = [*first, (0x10, cont, 0)]
     header = _header_v1(messages) if version == 0 else _header_v2(messages, flags)
     buf = header + bytes(at - len(header)) + second_block
-    expected = [(k, d) for k, d, _ in messages] + [(k, d) for k, d, _ in second]
+    # a message flagged shared (bit 1) comes back under its type plus SHARED
+    expected = [(k | (h5index.SHARED if f & 2 else 0), d) for k, d, f in [*messages, *second]]
 
     def parse(data: bytes) -> tuple[tuple[int, bytes], ...]:
         return h5index.object_header_messages(lambda a, b: data[a:b], 0, 0, 8)

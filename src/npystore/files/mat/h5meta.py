@@ -78,6 +78,7 @@ class H5Meta(PerReader):
         self._blockfile: weakref.ref[BlockFile] | None = None
         self._sb: h5index.Superblock | None = None
         self._headers: dict[int, tuple[tuple[int, bytes], ...]] = {}
+        self._attributes: dict[int, h5index.CompactAttributes | None] = {}
         self._groups: dict[int, list[tuple[str, int]] | None] = {}
 
     def __repr__(self) -> str:
@@ -168,6 +169,56 @@ class H5Meta(PerReader):
                     self._headers.clear()
                 self._headers[address] = found
             return found
+
+    def attributes(self, address: int) -> h5index.CompactAttributes | None:
+        """The attributes the object header at ``address`` keeps itself, or None where
+        only libhdf5 can tell (dense or shared attributes, or a header npystore does not
+        parse): see :func:`npystore.formats.h5index.compact_attributes`."""
+        with self._lock:
+            if address in self._attributes:
+                return self._attributes[address]
+        try:
+            messages = self.messages(address)
+        except FormatError:
+            found = None  # libhdf5 reads the header itself, and reports what it finds
+        else:
+            sb = self.superblock()
+            found = h5index.compact_attributes(messages, sb.sizeof_addr, sb.sizeof_len)
+        with self._lock:
+            if len(self._attributes) >= _HEADER_CACHE:
+                self._attributes.clear()
+            self._attributes[address] = found
+        return found
+
+    def plain_dataset(self, address: int) -> h5index.PlainDataset | None:
+        """The small plain dataset whose object header is at ``address`` (see
+        :func:`npystore.formats.h5index.plain_dataset`), or None: not one, or a header
+        npystore does not parse (libhdf5 reads it, and reports what it finds)."""
+        try:
+            messages = self.messages(address)
+        except FormatError:
+            return None
+        sb = self.superblock()
+        plain = h5index.plain_dataset(messages, sb.sizeof_addr, sb.sizeof_len)
+        if (
+            plain is not None
+            and plain.inline is None
+            and plain.address + plain.nbytes > self.file_end
+        ):
+            return None  # past the end: libhdf5's error
+        return plain
+
+    def plain_values(self, plain: h5index.PlainDataset) -> bytes:
+        """The bytes of a :meth:`plain_dataset`'s values."""
+        if plain.inline is not None:
+            return plain.inline
+        data = self.read(plain.address, plain.address + plain.nbytes)
+        if len(data) != plain.nbytes:
+            raise FormatError(
+                f"{self.reader.url}: dataset values at {plain.address}: {len(data)} bytes "
+                f"read, {plain.nbytes} expected"
+            )
+        return data
 
     def _messages(self, address: int, sb: h5index.Superblock) -> tuple[tuple[int, bytes], ...]:
         if address >= self.file_end:

@@ -11,6 +11,10 @@ package parses what leads to them, one module per structure, each with its byte 
   checksums of version-2 headers verified;
 - :mod:`._messages`: the data layout, symbol table and link info messages among an object
   header's messages;
+- :mod:`._attributes`: the attributes an object header keeps itself (MATLAB's class and
+  flags read without libhdf5's attribute machinery);
+- :mod:`._dataset`: small plain datasets (numbers as numpy lays them out, compact or
+  contiguous) read without libhdf5;
 - :mod:`._fields`: little-endian integer fields and the undefined address they share.
 
 All addresses are *relative to the base address* (the superblock's position: the user
@@ -20,12 +24,19 @@ the superblock's sizes of offsets and lengths.
 
 from __future__ import annotations
 
+from npystore.formats.h5index._attributes import (
+    UNDECODED,
+    CompactAttributes,
+    compact_attributes,
+)
+from npystore.formats.h5index._dataset import PLAIN_MAX_BYTES, PlainDataset, plain_dataset
 from npystore.formats.h5index._fields import undefined
 from npystore.formats.h5index._header import (
     HEADER_PREFIX,
     MAX_CONTINUATIONS,
     MAX_HEADER_BLOCK,
     MAX_HEADER_SIZE,
+    SHARED,
     HeaderBlock,
     header_size,
     object_header_messages,
@@ -56,6 +67,13 @@ from npystore.formats.h5index._superblock import (
 
 __all__ = [
     "BTREE_V1",
+    "PLAIN_MAX_BYTES",
+    "SHARED",
+    "PlainDataset",
+    "plain_dataset",
+    "UNDECODED",
+    "CompactAttributes",
+    "compact_attributes",
     "BTREE_V2",
     "DEFAULT_CHUNK_K",
     "EXTENSIBLE_ARRAY",

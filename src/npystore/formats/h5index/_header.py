@@ -6,6 +6,8 @@ Object header, version 1 (at the address ``H5Gget_objinfo`` reports)::
     2   2  number of messages   4  4  reference count
     8   4  header data size     12 4  padding (messages start at 16)
     messages, each 8-byte aligned:  type u16, data size u16, flags u8, reserved 3, data
+    (message flags bit 1: shared, the data a reference to the message kept elsewhere:
+    such a message is returned with its type plus SHARED)
 
 Object header, version 2::
 
@@ -28,11 +30,16 @@ from npystore.formats import h5sum
 from npystore.formats.h5index._fields import uint
 
 __all__ = [
-    "HEADER_PREFIX", "MAX_CONTINUATIONS", "MAX_HEADER_BLOCK", "MAX_HEADER_SIZE", "HeaderBlock",
-    "header_size", "object_header_messages", "parse_object_header",
+    "HEADER_PREFIX", "MAX_CONTINUATIONS", "MAX_HEADER_BLOCK", "MAX_HEADER_SIZE", "SHARED",
+    "HeaderBlock", "header_size", "object_header_messages", "parse_object_header",
 ]  # fmt: skip
 
 _CONTINUATION: Final = 0x10
+#: Message flag: the message is shared (its body refers to where the message is).
+_SHARED_FLAG: Final = 0x02
+#: Added to the type of a shared message in what :func:`object_header_messages` returns,
+#: so that no reader takes the reference for the message.
+SHARED: Final = 0x100
 _MAX_MESSAGES: Final = 65535
 
 
@@ -193,13 +200,14 @@ def _messages_v1(data: bytes, start: int, stop: int, sizeof_addr: int) -> Header
     while pos + 8 <= stop and len(messages) < _MAX_MESSAGES:
         kind = uint(data, pos, 2, "object header message")
         size = uint(data, pos + 2, 2, "object header message")
+        flags = data[pos + 4]
         body = data[pos + 8 : pos + 8 + size]
         if len(body) != size:
             raise FormatError(
                 f"object header message of type {kind:#x} and {size} bytes at {pos} runs "
                 f"past the {stop}-byte block"
             )
-        _collect(kind, body, sizeof_addr, messages, continuations)
+        _collect(kind, flags, body, sizeof_addr, messages, continuations)
         pos += 8 + (size + 7) // 8 * 8
     return HeaderBlock(tuple(messages), tuple(continuations))
 
@@ -232,6 +240,7 @@ def _header_v2(
     while pos + 4 <= stop and len(messages) < _MAX_MESSAGES:
         kind = data[pos]
         size = uint(data, pos + 1, 2, "object header message")
+        message_flags = data[pos + 3]
         pos += 4 + (2 if order else 0)
         body = data[pos : pos + size]
         if len(body) != size:
@@ -239,18 +248,22 @@ def _header_v2(
                 f"object header message of type {kind:#x} and {size} bytes runs past the "
                 f"{stop}-byte block"
             )
-        _collect(kind, body, sizeof_addr, messages, continuations)
+        _collect(kind, message_flags, body, sizeof_addr, messages, continuations)
         pos += size
     return HeaderBlock(tuple(messages), tuple(continuations))
 
 
 def _collect(
     kind: int,
+    flags: int,
     body: bytes,
     sizeof_addr: int,
     messages: list[tuple[int, bytes]],
     continuations: list[tuple[int, int]],
 ) -> None:
+    if flags & _SHARED_FLAG:
+        messages.append((kind | SHARED, body))  # a reference to the message, not the message
+        return
     messages.append((kind, body))
     if kind == _CONTINUATION:
         address = uint(body, 0, sizeof_addr, "continuation message")

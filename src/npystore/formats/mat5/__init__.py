@@ -109,61 +109,132 @@ those listed before it:
   ``_bulk``): many siblings decoded together with numpy
 """
 
-from npystore.formats.mat5._bulk import (
-    DecodedChars,
-    QuickHeader,
-    quick_chars,
-    quick_header,
-    quick_leaf,
-    quick_numeric,
-)
-from npystore.formats.mat5._char import (
-    CharArray,
-    CharErrors,
-    char_dims_problem,
-    chars_from_units,
-)
-from npystore.formats.mat5._file import (
-    MatHeader,
-    Mopt,
-    VariableEntry,
-    decode_mopt,
-    hdf5_superblock_offsets,
-    is_v73,
-    parse_header,
-    plain_hdf5_refused,
-    scan_elements,
-    v73_header,
-)
-from npystore.formats.mat5._meta import MatrixHeader, parse_matrix_header
-from npystore.formats.mat5._nodes import (
-    CellArray,
-    MatNode,
-    MatVariable,
-    OpaqueObject,
-    StructArray,
-    iter_data_refs,
-    with_source,
-)
-from npystore.formats.mat5._numeric import NumericArray, SparseArray
-from npystore.formats.mat5._parse import parse_variable
-from npystore.formats.mat5._tags import (
-    CLASS_NAMES,
-    DEFAULT_MAX_DEPTH,
-    HEADER_SIZE,
-    MAX_DEPTH_LIMIT,
-    MAX_FIELDS,
-    MAX_NDIM,
-    MAX_NUMEL,
-    MAX_UNBACKED,
-    MI_COMPRESSED,
-    MI_MATRIX,
-    TAG_SIZE,
-    DataRef,
-)
-from npystore.formats.mat5._vector import VECTOR_MIN
-from npystore.formats.need import NeedMoreBytes
-from npystore.formats.sniff import HDF5_SIGNATURE
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from npystore.formats.mat5._bulk import (
+        DecodedChars,
+        QuickHeader,
+        quick_chars,
+        quick_header,
+        quick_leaf,
+        quick_numeric,
+    )
+    from npystore.formats.mat5._char import (
+        CharArray,
+        CharErrors,
+        char_dims_problem,
+        chars_from_units,
+    )
+    from npystore.formats.mat5._file import (
+        MatHeader,
+        Mopt,
+        VariableEntry,
+        decode_mopt,
+        hdf5_superblock_offsets,
+        is_v73,
+        parse_header,
+        plain_hdf5_refused,
+        scan_elements,
+        v73_header,
+    )
+    from npystore.formats.mat5._meta import MatrixHeader, parse_matrix_header
+    from npystore.formats.mat5._nodes import (
+        CellArray,
+        MatNode,
+        MatVariable,
+        OpaqueObject,
+        StructArray,
+        iter_data_refs,
+        with_source,
+    )
+    from npystore.formats.mat5._numeric import NumericArray, SparseArray
+    from npystore.formats.mat5._parse import parse_variable
+    from npystore.formats.mat5._tags import (
+        CLASS_NAMES,
+        DEFAULT_MAX_DEPTH,
+        HEADER_SIZE,
+        MAX_DEPTH_LIMIT,
+        MAX_FIELDS,
+        MAX_NDIM,
+        MAX_NUMEL,
+        MAX_UNBACKED,
+        MI_COMPRESSED,
+        MI_MATRIX,
+        TAG_SIZE,
+        DataRef,
+    )
+    from npystore.formats.mat5._vector import VECTOR_MIN
+    from npystore.formats.need import NeedMoreBytes
+    from npystore.formats.sniff import HDF5_SIGNATURE
+
+#: Where each public name lives: a submodule is imported when a name of it is first used
+#: (a v7.3 file needs the header checks and char helpers, not the Level-5 parser).
+_LAZY: dict[str, str] = {
+    "DecodedChars": "npystore.formats.mat5._bulk",
+    "QuickHeader": "npystore.formats.mat5._bulk",
+    "quick_chars": "npystore.formats.mat5._bulk",
+    "quick_header": "npystore.formats.mat5._bulk",
+    "quick_leaf": "npystore.formats.mat5._bulk",
+    "quick_numeric": "npystore.formats.mat5._bulk",
+    "CharArray": "npystore.formats.mat5._char",
+    "CharErrors": "npystore.formats.mat5._char",
+    "char_dims_problem": "npystore.formats.mat5._char",
+    "chars_from_units": "npystore.formats.mat5._char",
+    "MatHeader": "npystore.formats.mat5._file",
+    "Mopt": "npystore.formats.mat5._file",
+    "VariableEntry": "npystore.formats.mat5._file",
+    "decode_mopt": "npystore.formats.mat5._file",
+    "hdf5_superblock_offsets": "npystore.formats.mat5._file",
+    "is_v73": "npystore.formats.mat5._file",
+    "parse_header": "npystore.formats.mat5._file",
+    "plain_hdf5_refused": "npystore.formats.mat5._file",
+    "scan_elements": "npystore.formats.mat5._file",
+    "v73_header": "npystore.formats.mat5._file",
+    "MatrixHeader": "npystore.formats.mat5._meta",
+    "parse_matrix_header": "npystore.formats.mat5._meta",
+    "CellArray": "npystore.formats.mat5._nodes",
+    "MatNode": "npystore.formats.mat5._nodes",
+    "MatVariable": "npystore.formats.mat5._nodes",
+    "OpaqueObject": "npystore.formats.mat5._nodes",
+    "StructArray": "npystore.formats.mat5._nodes",
+    "iter_data_refs": "npystore.formats.mat5._nodes",
+    "with_source": "npystore.formats.mat5._nodes",
+    "NumericArray": "npystore.formats.mat5._numeric",
+    "SparseArray": "npystore.formats.mat5._numeric",
+    "parse_variable": "npystore.formats.mat5._parse",
+    "CLASS_NAMES": "npystore.formats.mat5._tags",
+    "DEFAULT_MAX_DEPTH": "npystore.formats.mat5._tags",
+    "DataRef": "npystore.formats.mat5._tags",
+    "HEADER_SIZE": "npystore.formats.mat5._tags",
+    "MAX_DEPTH_LIMIT": "npystore.formats.mat5._tags",
+    "MAX_FIELDS": "npystore.formats.mat5._tags",
+    "MAX_NDIM": "npystore.formats.mat5._tags",
+    "MAX_NUMEL": "npystore.formats.mat5._tags",
+    "MAX_UNBACKED": "npystore.formats.mat5._tags",
+    "MI_COMPRESSED": "npystore.formats.mat5._tags",
+    "MI_MATRIX": "npystore.formats.mat5._tags",
+    "TAG_SIZE": "npystore.formats.mat5._tags",
+    "VECTOR_MIN": "npystore.formats.mat5._vector",
+    "NeedMoreBytes": "npystore.formats.need",
+    "HDF5_SIGNATURE": "npystore.formats.sniff",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public names (:data:`__all__`)."""
+    return sorted(__all__)
+
 
 __all__ = [
     "CLASS_NAMES", "DEFAULT_MAX_DEPTH", "HEADER_SIZE", "MAX_DEPTH_LIMIT", "MAX_FIELDS",

@@ -106,6 +106,12 @@ class H5Group(Protocol):
 
     def __getitem__(self, key: Any, /) -> H5Dataset | H5Group: ...
 
+    def deref(self, ref: Any, address: int | None, /) -> H5Dataset | H5Group:
+        """The object reference ``ref`` points to; ``address``: what the reference holds
+        (:meth:`H5Dataset.reference_keys`), when known (a reader may use it to read a
+        small dataset without opening it)."""
+        ...
+
 
 def is_dataset(obj: object) -> TypeGuard[H5Dataset]:
     """Whether an HDF5 object is a dataset: its type has a shape and a dtype (asked of the

@@ -211,7 +211,7 @@ class Mat73Tree:
                 return known
         where = self._where(path)  # (no helper call: a frame per level of nesting counts)
         try:
-            obj = self._root[ref]
+            obj = self._root.deref(ref, address)
         except (KeyError, ValueError, TypeError, OSError) as exc:
             raise FormatError(f"{where}: object reference does not resolve: {exc}") from exc
         # HDF5 objects hash and compare by file and address (h5py); their names are
