@@ -246,6 +246,9 @@ def test_plain_datasets_read_equal_h5py(tmp_path: Path, libver: str, userblock: 
             got = root.deref(theirs.ref, address)
             assert isinstance(got, PlainSafeDataset) == expected, name
             assert isinstance(got, SafeDataset)
+            by_name = root[name]  # a hard link: the same shortcut
+            assert isinstance(by_name, PlainSafeDataset) == expected, name
+            assert by_name == got
             if not expected:
                 continue
             want = theirs[()]
@@ -261,6 +264,8 @@ def test_plain_datasets_read_equal_h5py(tmp_path: Path, libver: str, userblock: 
             assert got == root[theirs.ref]
             assert hash(got) == hash(root[theirs.ref])
             assert got.name == f"/{name}"
+            assert by_name.name == f"/{name}"
+            np.testing.assert_array_equal(by_name.read(name), want)
             assert got.attrs.get("absent") is None
 
 

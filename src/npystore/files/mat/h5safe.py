@@ -139,6 +139,8 @@ class Guard:
         self._chunks_of = chunks_of
         self._datasets: set[int] = set()
         self._fileno: int | None = None
+        #: The file's root group (h5py's), set by :func:`safe_root`.
+        self.root: Any = None
 
     def group(self, obj: Any, path: str) -> None:
         """Check the symbol table of the group ``obj`` (once per group)."""
@@ -164,11 +166,13 @@ class Guard:
         :meth:`~npystore.files.mat.h5meta.H5Meta.plain_dataset`)."""
         return self.meta.plain_dataset(address) if self.meta is not None else None
 
-    def file_number(self, obj: Any) -> int:
+    def file_number(self) -> int:
         """The file number libhdf5 gives this file (the first half of an identity), asked
-        once, of any open object ``obj`` of the file."""
+        once, of its root group."""
         if self._fileno is None:
-            self._fileno = self.identity_of(obj)[0]
+            if self.root is None:
+                raise ValueError(f"{self.source}: Guard.file_number before safe_root")
+            self._fileno = self.identity_of(self.root)[0]
         return self._fileno
 
     def wrap(self, obj: Any, path: str | None) -> Any:
@@ -359,8 +363,7 @@ class SafeGroup(_Safe):
             )
         root = self._guard.wrap(self._obj.file, "/")
         start: SafeGroup = root if key.startswith("/") else self
-        obj, path = start._walk(key, [MAX_SOFT_LINKS], key, root)
-        return self._guard.wrap(obj, path)
+        return start._walk(key, [MAX_SOFT_LINKS], key, root)[0]
 
     def deref(self, ref: Any, address: int | None) -> Any:
         """The object the reference ``ref`` points to; ``address`` is what the reference
@@ -374,14 +377,15 @@ class SafeGroup(_Safe):
         if address is not None:
             plain = self._guard.plain(address)
             if plain is not None:
-                return PlainSafeDataset(self._obj, ref, self._guard, address, plain)
+                group = self._obj
+                return PlainSafeDataset(lambda: group[ref], self._guard, address, plain, None)
         return self[ref]
 
     def _walk(
         self, path: str, hops: list[int], asked: str, root: SafeGroup
     ) -> tuple[Any, str | None]:
-        """The h5py object at ``path`` from this group (from ``root`` when absolute), and
-        its path."""
+        """The object at ``path`` from this group (from ``root`` when absolute), wrapped
+        (:meth:`Guard.wrap`), and its path."""
         current: Any = root if path.startswith("/") else self
         where = current._path
         for part in (p for p in path.split("/") if p and p != "."):
@@ -392,7 +396,7 @@ class SafeGroup(_Safe):
                 )
             obj, where = current._step(part, hops, asked, root)
             current = self._guard.wrap(obj, where)
-        return (current._obj if isinstance(current, _Safe) else current), where
+        return current, where
 
     def _step(
         self, name: str, hops: list[int], asked: str, root: SafeGroup
@@ -405,10 +409,19 @@ class SafeGroup(_Safe):
         path = _join(self._path, name)
         if not links.exists(key):
             raise KeyError(f"{self._guard.source}: no member {name!r} in {self._path}")
-        kind = links.get_info(key).type
+        info = links.get_info(key)
+        kind = info.type
         where = f"{self._guard.source}: {path or name}"
         if kind == h5py.h5l.TYPE_HARD:
-            return _open_hard(self._obj, key), path
+            group = self._obj
+            address = int(info.u)  # a hard link's target: its object header address
+            plain = self._guard.plain(address)
+            if plain is not None:
+                dset = PlainSafeDataset(
+                    lambda: _open_hard(group, key), self._guard, address, plain, path
+                )
+                return dset, path
+            return _open_hard(group, key), path
         if kind == h5py.h5l.TYPE_SOFT:
             hops[0] -= 1
             if hops[0] < 0:
@@ -502,22 +515,26 @@ class PlainSafeDataset(SafeDataset):
     It hashes and compares as the h5py object would (file number, header address).
     """
 
-    __slots__ = ("_plain", "_ref", "_root")
+    __slots__ = ("_open", "_plain")
 
     def __init__(
-        self, root: Any, ref: Any, guard: Guard, address: int, plain: h5index.PlainDataset
+        self,
+        opener: Callable[[], Any],
+        guard: Guard,
+        address: int,
+        plain: h5index.PlainDataset,
+        path: str | None,
     ) -> None:
-        super().__init__(None, guard, None)
-        self._root = root
-        self._ref = ref
+        super().__init__(None, guard, path)
+        self._open = opener
         self._plain = plain
-        self._key = (guard.file_number(root), address)
+        self._key = (guard.file_number(), address)
 
     @property
     def h5obj(self) -> Any:
-        """The h5py dataset (opened by libhdf5 on first use)."""
+        """The h5py dataset (``opener()``: opened by libhdf5 on first use)."""
         if self._obj is None:
-            self._obj = self._root[self._ref]
+            self._obj = self._open()
         return self._obj
 
     @property
@@ -595,4 +612,5 @@ def safe_root(h5: h5py.File, source: str, guard: Guard | None = None) -> SafeGro
     """
     if guard is None:
         guard = Guard(None, object_identity, lambda dset, src: None, source=source)
+    guard.root = h5
     return SafeGroup(h5, guard, "/")
