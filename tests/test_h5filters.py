@@ -14,7 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from npystore.errors import FormatError, UnsupportedError
+from npystore.fetch import open_reader
+from npystore.files.mat.hdf5 import dataset_layout
 from npystore.formats.h5filters import decode_chunk, fletcher32, unshuffle, unsupported_filters
+from npystore.read.access import LayoutArray
 from npystore.read.layout import Filter
 
 RNG = np.random.default_rng(20240325)
@@ -333,13 +336,18 @@ def test_large_reads_use_numcodecs_kernels_small_ones_numpys(
         f.create_dataset("x", data=data, chunks=(50, 40), shuffle=True, fletcher32=True,
                          compression="gzip")  # fmt: skip
     used: list[Any] = []
-    decode = chunked.undo_steps
+    decode, decode_into = chunked.undo_steps, chunked.undo_steps_into
 
     def spy(*args: Any, **kw: Any) -> Any:
         used.append(kw.get("kernels"))
         return decode(*args, **kw)
 
+    def spy_into(*args: Any, **kw: Any) -> Any:
+        used.append(kw.get("kernels"))
+        return decode_into(*args, **kw)
+
     monkeypatch.setattr(chunked, "undo_steps", spy)
+    monkeypatch.setattr(chunked, "undo_steps_into", spy_into)
     reader = open_reader(str(path))
     with h5py.File(path, "r") as f:
         layout = dataset_layout(f["x"], reader, source="x")
@@ -377,11 +385,14 @@ def test_chunks_decode_on_every_cpu_inflated_once_and_never_copied(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A read of shuffled, deflated, checksummed chunks decodes on as many threads as CPUs
-    (each takes chunks until none is left), inflates each chunk once and unshuffles what
-    the inflater returned, as it is, into a buffer its thread reuses: no per-chunk copy
-    (the copying unshuffle and decode_chunk are never called), then places it."""
+    (each takes grains of chunks until none is left); each chunk is checked where it was
+    read and inflated once, by libdeflate, straight into its slot of a buffer its thread
+    reuses (no buffer per chunk, no copy); a grain is then unshuffled together into the
+    thread's second buffer and each chunk placed (the copying unshuffle, the new-buffer
+    inflate and decode_chunk are never called)."""
     import threading
 
+    pytest.importorskip("deflate")
     from npystore.formats import h5filters
     from npystore.read import chunked
 
@@ -390,42 +401,76 @@ def test_chunks_decode_on_every_cpu_inflated_once_and_never_copied(
     monkeypatch.setattr(chunked, "_cpus", lambda: 2)
     both = threading.Barrier(2, timeout=60)  # no thread goes on until two have begun
     lock = threading.Lock()
-    inflated: dict[int, Any] = {}  # id -> what the inflater returned
-    inflating_threads: set[int] = set()
-    sources: list[int] = []
-    buffers: set[int] = set()
-    real_inflate = h5filters._inflate
-    real_unshuffle_into = chunked.unshuffle_into
+    threads: set[int] = set()
+    targets: list[tuple[int, int]] = []  # (thread, address inflated into)
+    real_into = h5filters.inflate_zlib_into
 
-    def inflate(data: Any, expected: int, source: str) -> Any:
+    def into(data: Any, out: memoryview) -> bool:
         with lock:
-            first = threading.get_ident() not in inflating_threads
-            inflating_threads.add(threading.get_ident())
+            first = threading.get_ident() not in threads
+            threads.add(threading.get_ident())
         if first:
             both.wait()
-        out = real_inflate(data, expected, source)
+        done = real_into(data, out)
         with lock:
-            inflated[id(out)] = out  # kept alive: ids stay unique
-        return out
-
-    def unshuffle_into(data: Any, size: int, out: np.ndarray) -> None:
-        with lock:
-            sources.append(id(data))
-            buffers.add(out.__array_interface__["data"][0])
-        real_unshuffle_into(data, size, out)
+            targets.append((threading.get_ident(), np.frombuffer(out, np.uint8).ctypes.data))
+        return done
 
     def never(*args: Any, **kw: Any) -> Any:
-        raise AssertionError("a per-chunk copy")
+        raise AssertionError("a per-chunk buffer or copy")
 
-    monkeypatch.setattr(h5filters, "_inflate", inflate)
-    monkeypatch.setattr(chunked, "unshuffle_into", unshuffle_into)
+    monkeypatch.setattr(h5filters, "inflate_zlib_into", into)
+    monkeypatch.setattr(h5filters, "_inflate", never)
     monkeypatch.setattr(h5filters, "unshuffle", never)
     monkeypatch.setattr(h5filters, "decode_chunk", never)
+    monkeypatch.setattr(chunked, "unshuffle_into", never)
     np.testing.assert_array_equal(array.read(), data)
-    assert len(inflating_threads) == 2
-    assert len(inflated) == len(sources) == 100  # each chunk inflated once, unshuffled once
-    assert set(sources) == set(inflated)  # from the inflater's own buffer
-    assert len(buffers) <= 2  # one reused buffer per thread
+    assert len(threads) == 2
+    assert len(targets) == 100  # each chunk inflated once
+    nbytes = 12 * 16 * 8
+    for thread in threads:  # into the slots of one reused buffer per thread
+        addresses = {a for t, a in targets if t == thread}
+        assert max(addresses) - min(addresses) <= (chunked._GRAIN_CHUNKS - 1) * nbytes
+
+
+def test_grains_mixing_filter_masks_or_failing_decode_each_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks whose filters were partly skipped (a filter mask) sit in grains with normal
+    ones: those grains decode chunk by chunk, the values equal h5py's; a corrupt chunk in a
+    grain raises FormatError naming that chunk."""
+    from npystore.read import chunked
+
+    monkeypatch.setattr(chunked, "_cpus", lambda: 2)
+    path = tmp_path / "m.h5"
+    data = RNG.integers(0, 100, (60, 64)).astype("<i4")
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", shape=data.shape, dtype=data.dtype, chunks=(6, 8),
+                             shuffle=True, compression="gzip")  # fmt: skip
+        for i in range(0, 60, 6):
+            for j in range(0, 64, 8):
+                block = np.ascontiguousarray(data[i : i + 6, j : j + 8])
+                if (i // 6 + j // 8) % 7 == 3:  # shuffle skipped (mask bit 0), deflate kept
+                    d.id.write_direct_chunk((i, j), zlib.compress(block.tobytes()), 0b01)
+                else:
+                    d[i : i + 6, j : j + 8] = block
+    reader = open_reader(str(path))
+    with h5py.File(path, "r") as f:
+        np.testing.assert_array_equal(f["x"][()], data)
+        layout = dataset_layout(f["x"], reader, source="x")
+    np.testing.assert_array_equal(LayoutArray(reader, layout, source="x").read(), data)
+    # a corrupt stream inside a grain
+    with h5py.File(path, "r") as f:
+        offset = f["x"].id.get_chunk_info_by_coord((24, 32)).byte_offset
+    raw = bytearray(path.read_bytes())
+    raw[offset + 5 : offset + 15] = b"\xff" * 10
+    bad = tmp_path / "bad.h5"
+    bad.write_bytes(bytes(raw))
+    reader = open_reader(str(bad))
+    with h5py.File(bad, "r") as f:
+        layout = dataset_layout(f["x"], reader, source="x")
+    with pytest.raises(FormatError, match=r"chunk \(4, 4\)"):
+        LayoutArray(reader, layout, source="x").read()
 
 
 @pytest.mark.parametrize("libdeflate", [True, False])
@@ -445,9 +490,20 @@ def test_chunk_inflate_with_and_without_libdeflate(
         assert deflate.inflate_zlib_exact(stream, len(body) - 1) is None  # more than asked
         assert deflate.inflate_zlib_exact(stream, len(body) + 1) is None  # less
         assert deflate.inflate_zlib_exact(stream[:-1], len(body)) is None  # Adler-32 cut
+        if deflate._LIB is not None:  # the wheel's own libdeflate, into a caller's buffer
+            held = np.full(len(body) + 20, 7, np.uint8)
+            assert deflate.inflate_zlib_into(memoryview(stream), held[10:-10].data)
+            assert held[10:-10].tobytes() == body
+            assert (held[:10] == 7).all()
+            assert (held[-10:] == 7).all()
+            assert not deflate.inflate_zlib_into(stream, held[: len(body) - 1].data)
+            assert not deflate.inflate_zlib_into(stream, held[: len(body) + 1].data)
+            assert not deflate.inflate_zlib_into(stream[:-1], held[: len(body)].data)
     else:
         monkeypatch.setattr(deflate, "_WHOLE_INFLATER", None)
+        monkeypatch.setattr(deflate, "_LIB", None)
         assert deflate.inflate_zlib_exact(stream, len(body)) is None
+        assert not deflate.inflate_zlib_into(stream, memoryview(bytearray(len(body))))
     got = decode_chunk(stream, (DEFLATE,), 0, itemsize=1, nbytes=len(body), source="s")
     assert got == body
     with pytest.raises(FormatError, match="inflates to more than 4999 bytes"):

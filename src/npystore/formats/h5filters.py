@@ -62,7 +62,7 @@ from typing import Any, Final, Protocol
 import numpy as np
 
 from npystore.errors import FormatError, UnsupportedError
-from npystore.formats.zlib_whole import inflate_zlib
+from npystore.formats.zlib_whole import inflate_zlib, inflate_zlib_into
 
 __all__ = [
     "ChunkSteps",
@@ -73,6 +73,7 @@ __all__ = [
     "FilterLike",
     "SHUFFLE",
     "SUPPORTED_FILTERS",
+    "undo_steps_into",
     "chunk_steps",
     "decode_chunk",
     "fletcher32",
@@ -358,6 +359,39 @@ def undo_steps(
             f"(filters {list(steps.names) or 'none'})"
         )
     return out
+
+
+def undo_steps_into(
+    data: _Bytes,
+    steps: ChunkSteps,
+    out: memoryview,
+    *,
+    source: str,
+    kernels: FilterKernels | None = None,
+) -> None:
+    """:func:`undo_steps` with its result written into ``out`` (a writable byte view of
+    exactly the decoded size): a last inflate writes straight into ``out``
+    (:func:`~npystore.formats.zlib_whole.inflate_zlib_into`, libdeflate), anything else is
+    decoded as :func:`undo_steps` does and copied in.
+
+    Raises
+    ------
+    FormatError
+        As :func:`decode_chunk`.
+    """
+    last = len(steps.steps) - 1
+    if (
+        last >= 0
+        and steps.steps[last] == (DEFLATE, out.nbytes)
+        and all(fid == FLETCHER32 for fid, _ in steps.steps[:last])
+    ):
+        checked = data
+        for _ in range(last):
+            checked = _check_fletcher32(checked, source, kernels)
+        if not inflate_zlib_into(checked, out):  # the streaming inflater names the fault
+            out[:] = _inflate(checked, out.nbytes, source)
+        return
+    out[:] = undo_steps(data, steps, nbytes=out.nbytes, source=source, kernels=kernels)
 
 
 def decode_chunk(

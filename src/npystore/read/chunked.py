@@ -8,10 +8,15 @@ uninitialised buffers: no zero-fill, and no copy for local files. Each chunk's f
 undone and its selected part copied into one preallocated output, on one thread per CPU (the
 calling thread one of them), each taking the next few chunks until none is left (a thread the
 machine slows down holds up no fixed share). A chunk is checked where it was read, inflated
-once (into one buffer, by libdeflate when installed), unshuffled into a buffer its thread
-reuses and copied into place (:mod:`~npystore.formats.h5filters`' ``chunk_steps``,
-``undo_steps``, ``unshuffle_into``); all but a few microseconds of Python and the Fletcher-32
-check per chunk release the GIL.
+once (by libdeflate when installed), unshuffled and copied into place
+(:mod:`~npystore.formats.h5filters`' ``chunk_steps``, ``undo_steps``, ``unshuffle_into``).
+Shuffled chunks of up to 256 KiB are decoded a grain (up to 8 chunks) at a time: each inflated straight into
+its slot of one buffer its thread reuses (``undo_steps_into``), the grain unshuffled into a
+second one in one numpy copy per byte position, then each chunk placed. Every numpy call
+holds the GIL for its few microseconds of setup: one unshuffle per chunk and byte position
+kept the other decoding threads waiting (two threads decoded a 128 MB hdf5storage variable
+only 10% faster than one), a grain's unshuffle costs the same setup for eight chunks. All
+but a few microseconds of Python and the Fletcher-32 check per chunk release the GIL.
 
 Batches are fetched while earlier ones decode, each decoded as soon as its bytes are in
 (:class:`_Pace` says how a read is cut and how much of it is held at once):
@@ -29,7 +34,7 @@ Fletcher-32 is checked with numcodecs' compiled kernel (:class:`_Numcodecs`, 1.5
 than numpy's, no threads of its own) once a read decodes :data:`FAST_FILTERS_MIN` bytes or
 more through it, or numcodecs is imported already (importing it costs more than it saves on
 less); numpy's otherwise. The final unshuffle is numpy's, a byte position at a time
-(numcodecs' holds the GIL; numpy's copies do not, and are no slower).
+(numcodecs' holds the GIL for the whole unshuffle; numpy's copies do not, and are no slower).
 
 Memory stays bounded: chunks are planned in groups of at most ``_PLAN_CHUNKS`` and at most
 :attr:`_Pace.held_bytes` stored bytes (fetched or in flight, not yet decoded) are held at once.
@@ -57,6 +62,7 @@ from npystore.formats.h5filters import (
     FilterKernels,
     chunk_steps,
     undo_steps,
+    undo_steps_into,
     unshuffle_into,
     unsupported_filters,
 )
@@ -78,6 +84,9 @@ _REMOTE_RANGE_MAX: Final = 4 * 2**20
 _POOL_MIN_CHUNKS: Final = 4
 #: Most chunks a decoding thread takes at a time (fewer when a batch has few chunks).
 _GRAIN_CHUNKS: Final = 8
+#: Largest chunk decoded with its grain (:meth:`_Reading._decode_group`: two buffers of a
+#: grain's chunks per thread, at most 4 MiB); a larger chunk's copies dwarf a call's setup.
+_GROUP_CHUNK_MAX: Final = 256 * 2**10
 #: Decoded bytes of shuffled or Fletcher-32 chunks from which one read imports numcodecs
 #: for its kernels (the import costs some 30 ms; they save 0.5-8 ms per MiB).
 FAST_FILTERS_MIN: Final = 16 * 2**20
@@ -456,12 +465,65 @@ class _Reading:
         decode = self._decode_one
         try:
             while (lo := next(taken) * grain) < total:
-                for data, mask, pos in tasks[lo : lo + grain]:
-                    decode(data, mask, pos)
+                for start in range(lo, min(lo + grain, total), _GRAIN_CHUNKS):
+                    group = tasks[start : min(start + _GRAIN_CHUNKS, lo + grain)]
+                    if len(group) > 1 and self._decode_group(group):
+                        continue
+                    for data, mask, pos in group:
+                        decode(data, mask, pos)
         except BaseException:
             while next(taken) * grain < total:  # the other threads stop: no grain is left
                 pass
             raise
+
+    def _decode_group(self, group: list[_Task]) -> bool:
+        """Decode a grain of shuffled chunks together: each chunk's steps (check, inflate)
+        into one buffer of the thread's, then the grain unshuffled in one numpy copy per byte
+        position (not one per chunk and byte position: each numpy call holds the GIL for its
+        few microseconds of setup, which stopped the other decoding threads), then each
+        chunk copied into place. False (nothing done) unless every chunk of the grain is
+        decoded by npystore with the same whole-element shuffle."""
+        masks = {mask for _, mask, _ in group}
+        if len(masks) != 1:
+            return False
+        mask = next(iter(masks))
+        if self.foreign and self._active(mask):
+            return False
+        first = group[0][2]
+        steps = self._steps_of(mask, f"{self.source}: chunk {self._grid_index(first)}")
+        nbytes = self.chunk_nbytes
+        size = steps.shuffle
+        if size <= 1 or nbytes % size or not steps.steps or nbytes > _GROUP_CHUNK_MAX:
+            return False
+        k = len(group)
+        stored, shuffled = self._group_buffers(k * nbytes)
+        rows = stored[: k * nbytes].reshape(k, nbytes)
+        for i, (data, _, pos) in enumerate(group):
+            where = f"{self.source}: chunk {self._grid_index(pos)}"
+            undo_steps_into(data, steps, rows[i].data, source=where, kernels=self.kernels)
+        n = nbytes // size
+        groups = stored[: k * nbytes].reshape(k, size, n)
+        elements = shuffled[: k * nbytes].reshape(k, n, size)
+        for j in range(size):
+            elements[:, :, j] = groups[:, j, :]
+        layout = self.layout
+        shape = self.storage.chunk_shape
+        for i, (_, _, pos) in enumerate(group):
+            out_sl, local_sl = self._slices(pos)
+            chunk: np.ndarray[Any, Any] = np.ndarray(
+                shape, dtype=layout.dtype, buffer=elements[i], order=layout.order
+            )
+            self.out[out_sl] = chunk[local_sl]
+        return True
+
+    def _group_buffers(
+        self, nbytes: int
+    ) -> tuple[np.ndarray[Any, np.dtype[np.uint8]], np.ndarray[Any, np.dtype[np.uint8]]]:
+        """This thread's two buffers of at least ``nbytes`` for :meth:`_decode_group`."""
+        held = getattr(self._local, "group", None)
+        if held is None or held[0].size < nbytes:
+            held = self._local.group = (np.empty(nbytes, np.uint8), np.empty(nbytes, np.uint8))
+        return held
 
     def _decode_foreign(self, data: memoryview, mask: int, where: str) -> np.ndarray[Any, Any]:
         """A chunk whose pipeline holds a filter npystore does not undo: libhdf5 decodes it."""
