@@ -1,6 +1,7 @@
 """Hyperslabs of chunked, filtered storage (HDF5 chunked datasets) read through a reader.
 
-:func:`read_chunked` finds the chunks a selection touches and reads their stored bytes with
+:func:`read_chunked` finds the chunks a selection touches (:mod:`~npystore.read.chunkplan`)
+and reads their stored bytes with
 as few range requests as the file allows: chunks whose bytes are neighbours share a range, and
 every range of a batch goes in one read (:meth:`~npystore.fetch.RangeReader.readinto_many`,
 or :meth:`~npystore.fetch.RangeReader.start_readinto` when there are several batches) into
@@ -10,9 +11,10 @@ calling thread one of them), each taking the next few chunks until none is left 
 machine slows down holds up no fixed share). A chunk is checked where it was read, inflated
 once (by libdeflate when installed), unshuffled and copied into place
 (:mod:`~npystore.formats.h5filters`' ``chunk_steps``, ``undo_steps``, ``unshuffle_into``).
-Shuffled chunks of up to 256 KiB are decoded a grain (up to 8 chunks) at a time: each inflated straight into
-its slot of one buffer its thread reuses (``undo_steps_into``), the grain unshuffled into a
-second one in one numpy copy per byte position, then each chunk placed. Every numpy call
+Shuffled chunks of up to 256 KiB are decoded a grain (up to 8 chunks) at a time: each
+inflated straight into its slot of one buffer its thread reuses (``undo_steps_into``), the
+grain unshuffled into a second one in one numpy copy per byte position, then each chunk
+placed. Every numpy call
 holds the GIL for its few microseconds of setup: one unshuffle per chunk and byte position
 kept the other decoding threads waiting (two threads decoded a 128 MB hdf5storage variable
 only 10% faster than one), a grain's unshuffle costs the same setup for eight chunks. All
@@ -66,6 +68,7 @@ from npystore.formats.h5filters import (
     unshuffle_into,
     unsupported_filters,
 )
+from npystore.read.chunkplan import AxisHits, Range, axis_hits, batches_of, merge_ranges
 from npystore.read.layout import ArrayLayout, ChunkedExtent, Hyperslab
 
 __all__ = ["FAST_FILTERS_MIN", "read_chunked"]
@@ -93,8 +96,6 @@ FAST_FILTERS_MIN: Final = 16 * 2**20
 
 #: A chunk to decode: its stored bytes, filter mask and per-axis hit positions.
 _Task = tuple[memoryview, int, tuple[int, ...]]
-#: A range to read: ``[start, stop)`` and the chunks (plan positions) it holds.
-_Range = tuple[int, int, list[int]]
 
 _pool_lock = threading.Lock()
 _pools: dict[str, ThreadPoolExecutor] = {}
@@ -124,22 +125,6 @@ def _pool(name: str) -> ThreadPoolExecutor:
 
 
 @dataclass(frozen=True, slots=True)
-class _AxisHits:
-    """The chunks one axis of a selection touches, and what each contributes.
-
-    ``chunk[j]`` is a chunk index along the axis; the selection's elements
-    ``out_lo[j]:out_hi[j]`` fall in it, starting at ``local[j]`` within the chunk, every
-    ``step`` elements.
-    """
-
-    chunk: np.ndarray[Any, np.dtype[np.int64]]
-    out_lo: np.ndarray[Any, np.dtype[np.int64]]
-    out_hi: np.ndarray[Any, np.dtype[np.int64]]
-    local: np.ndarray[Any, np.dtype[np.int64]]
-    step: int
-
-
-@dataclass(frozen=True, slots=True)
 class _Pace:
     """How one planned group of chunks is fetched.
 
@@ -163,22 +148,6 @@ class _Pace:
         # store's connection carries ~40-100 MiB/s, so one large range would be slow
         span = min(_REMOTE_RANGE_MAX, max(_REMOTE_RANGE_MIN, -(-nbytes // _REMOTE_RANGES)))
         return cls(span, span, _REMOTE_RANGES + 1, (_REMOTE_RANGES + 1) * span)
-
-
-def _axis_hits(start: int, count: int, step: int, cs: int) -> _AxisHits:
-    if step >= cs:  # every selected element is in a chunk of its own
-        k = np.arange(count, dtype=np.int64)
-        idx = start + k * step
-        return _AxisHits(idx // cs, k, k + 1, idx % cs, step)
-    first = start // cs
-    last = (start + (count - 1) * step) // cs
-    c = np.arange(first, last + 1, dtype=np.int64)
-    # first selected k at or after the chunk's start, and the first k past its end
-    lo = np.clip(-((start - c * cs) // step), 0, count)
-    hi = np.clip(-((start - (c + 1) * cs) // step), 0, count)
-    keep = lo < hi
-    c, lo, hi = c[keep], lo[keep], hi[keep]
-    return _AxisHits(c, lo, hi, start + lo * step - c * cs, step)
 
 
 def _check_storage(layout: ArrayLayout, storage: ChunkedExtent, source: str) -> None:
@@ -249,7 +218,7 @@ def read_chunked(
     if out.size == 0:
         return out
     hits = [
-        _axis_hits(start, count, step, cs)
+        axis_hits(start, count, step, cs)
         for (start, count, step), cs in zip(selection, storage.chunk_shape, strict=True)
     ]
     if _read_whole_chunk(reader, layout, storage, selection, hits, buf, parallel):
@@ -266,7 +235,7 @@ def _read_whole_chunk(
     layout: ArrayLayout,
     storage: ChunkedExtent,
     selection: Hyperslab,
-    hits: list[_AxisHits],
+    hits: list[AxisHits],
     buf: np.ndarray[Any, np.dtype[np.uint8]],
     parallel: bool,
 ) -> bool:
@@ -301,7 +270,7 @@ class _Reading:
         reader: RangeReader,
         layout: ArrayLayout,
         storage: ChunkedExtent,
-        hits: list[_AxisHits],
+        hits: list[AxisHits],
         out: np.ndarray[Any, Any],
         source: str,
         parallel: bool,
@@ -376,7 +345,9 @@ class _Reading:
             )
         order = written[np.argsort(offsets[written], kind="stable")]
         pace = _Pace.of(self.reader, int(sizes[written].sum()))
-        batches = list(_batches(_merge(order, offsets, sizes, self.reader, pace.span), pace.batch))
+        batches = list(
+            batches_of(merge_ranges(order, offsets, sizes, self.reader, pace.span), pace.batch)
+        )
         fetched = self._fetched(batches, pace)
         try:
             for batch, datas in fetched:
@@ -391,15 +362,15 @@ class _Reading:
             fetched.close()
 
     def _buffers(
-        self, batch: list[_Range]
+        self, batch: list[Range]
     ) -> tuple[list[np.ndarray[Any, np.dtype[np.uint8]]], list[tuple[int, memoryview]]]:
         """Uninitialised buffers for a batch's ranges, and the requests that fill them."""
         datas = [np.empty(stop - start, dtype=np.uint8) for start, stop, _ in batch]
         return datas, [(r[0], memoryview(d.data)) for r, d in zip(batch, datas, strict=True)]
 
     def _fetched(
-        self, batches: list[list[_Range]], pace: _Pace
-    ) -> Generator[tuple[list[_Range], list[np.ndarray[Any, np.dtype[np.uint8]]]], None, None]:
+        self, batches: list[list[Range]], pace: _Pace
+    ) -> Generator[tuple[list[Range], list[np.ndarray[Any, np.dtype[np.uint8]]]], None, None]:
         """Each batch with its bytes, in the order they arrive; later batches are fetched
         while earlier ones decode (between two ``next`` calls), as many at once as ``pace``
         holds (:meth:`~npystore.fetch.RangeReader.start_readinto`: remotely the ranges of
@@ -615,47 +586,3 @@ def _kernels(storage: ChunkedExtent, decoded: int) -> FilterKernels | None:
     except ImportError:
         return None
     return _Numcodecs(Fletcher32)
-
-
-def _merge(
-    order: np.ndarray[Any, np.dtype[np.int64]],
-    offsets: np.ndarray[Any, np.dtype[np.int64]],
-    sizes: np.ndarray[Any, np.dtype[np.int64]],
-    reader: RangeReader,
-    span: int,
-) -> Iterator[_Range]:
-    """Ranges covering the chunks ``order`` (sorted by offset): neighbours separated by at
-    most ``reader.max_gap`` bytes share a range while it spans at most ``span`` bytes (and
-    ``reader.max_span``)."""
-    max_gap = reader.max_gap
-    max_span = min(reader.max_span, span)
-    start = stop = -1
-    members: list[int] = []
-    for i in order.tolist():
-        a = int(offsets[i])
-        b = a + int(sizes[i])
-        if members and a - stop <= max_gap and max(stop, b) - start <= max_span:
-            stop = max(stop, b)
-            members.append(i)
-            continue
-        if members:
-            yield start, stop, members
-        start, stop, members = a, b, [i]
-    if members:
-        yield start, stop, members
-
-
-def _batches(ranges: Iterator[_Range], limit: int) -> Iterator[list[_Range]]:
-    """Groups of ranges, each of at most about ``limit`` bytes (one larger range goes
-    alone)."""
-    batch: list[_Range] = []
-    total = 0
-    for r in ranges:
-        size = r[1] - r[0]
-        if batch and total + size > limit:
-            yield batch
-            batch, total = [], 0
-        batch.append(r)
-        total += size
-    if batch:
-        yield batch

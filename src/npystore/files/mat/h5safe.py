@@ -42,6 +42,7 @@ import numpy as np
 
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader
+from npystore.files.mat.h5attrs import SafeAttrs
 from npystore.files.mat.h5meta import H5Meta
 from npystore.formats import h5index
 
@@ -260,48 +261,6 @@ class _Safe:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._obj!r})"
-
-
-class SafeAttrs:
-    """The attributes of an h5py object, as h5py reads them; an attribute of an HDF5
-    datatype numpy cannot represent (h5py's TypeError) is an
-    :class:`~npystore.errors.UnsupportedError`.
-
-    Where the object's header keeps its attributes itself (``table``: read by
-    :meth:`~npystore.files.mat.h5meta.H5Meta.attributes` from the bytes libhdf5 reads),
-    names are looked up there and the integers and fixed-length strings MATLAB writes are
-    taken from there: h5py's attribute manager costs some 130 microseconds an attribute,
-    more than the rest of reading a small MATLAB value. Anything else goes to h5py.
-    """
-
-    __slots__ = ("_owner", "_table", "_where")
-
-    def __init__(self, owner: _Safe, where: str, table: h5index.CompactAttributes | None) -> None:
-        self._owner = owner
-        self._where = where
-        self._table = table
-
-    def get(self, name: str, default: Any = None, /) -> Any:
-        """The value of attribute ``name``, or ``default``."""
-        table = self._table
-        if table is not None:
-            if name not in table:
-                return default
-            value = table.value(name)
-            if value is not h5index.UNDECODED:
-                return value
-        try:
-            return self._owner.h5obj.attrs.get(name, default)
-        except TypeError as exc:
-            raise UnsupportedError(
-                f"{self._where}: attribute {name!r} of an HDF5 datatype numpy cannot "
-                f"represent: {exc}"
-            ) from exc
-
-    def __contains__(self, name: object, /) -> bool:
-        if self._table is not None:
-            return name in self._table
-        return name in self._owner.h5obj.attrs
 
 
 class SafeGroup(_Safe):
