@@ -362,11 +362,33 @@ class _Reading:
             fetched.close()
 
     def _buffers(
-        self, batch: list[Range]
-    ) -> tuple[list[np.ndarray[Any, np.dtype[np.uint8]]], list[tuple[int, memoryview]]]:
-        """Uninitialised buffers for a batch's ranges, and the requests that fill them."""
-        datas = [np.empty(stop - start, dtype=np.uint8) for start, stop, _ in batch]
-        return datas, [(r[0], memoryview(d.data)) for r, d in zip(batch, datas, strict=True)]
+        self,
+        batch: list[Range],
+        spare: list[np.ndarray[Any, np.dtype[np.uint8]]] | None = None,
+        least: int = 0,
+    ) -> tuple[
+        list[np.ndarray[Any, np.dtype[np.uint8]]],
+        list[tuple[int, memoryview]],
+        np.ndarray[Any, np.dtype[np.uint8]],
+    ]:
+        """Buffers for a batch's ranges (views of one uninitialised buffer: a ``spare`` one
+        large enough when there is one, else a new one of at least ``least`` bytes), the
+        requests that fill them, and that buffer."""
+        total = sum(stop - start for start, stop, _ in batch)
+        backing = None
+        if spare:
+            fits = [i for i, b in enumerate(spare) if b.size >= total]
+            if fits:
+                backing = spare.pop(fits[0])
+        if backing is None:
+            backing = np.empty(max(total, least), dtype=np.uint8)
+        datas = []
+        at = 0
+        for start, stop, _ in batch:
+            datas.append(backing[at : at + stop - start])
+            at += stop - start
+        requests = [(r[0], memoryview(d.data)) for r, d in zip(batch, datas, strict=True)]
+        return datas, requests, backing
 
     def _fetched(
         self, batches: list[list[Range]], pace: _Pace
@@ -376,12 +398,16 @@ class _Reading:
         holds (:meth:`~npystore.fetch.RangeReader.start_readinto`: remotely the ranges of
         all the batches started together go out together)."""
         if len(batches) == 1:
-            datas, requests = self._buffers(batches[0])
+            datas, requests, _ = self._buffers(batches[0])
             self.reader.readinto_many(requests, parallel=self.parallel)
             yield batches[0], datas
             return
         sizes = [sum(stop - start for start, stop, _ in batch) for batch in batches]
-        running: dict[Future[None], tuple[int, list[np.ndarray[Any, np.dtype[np.uint8]]]]] = {}
+        Buffers = list[np.ndarray[Any, np.dtype[np.uint8]]]
+        running: dict[Future[None], tuple[int, Buffers, np.ndarray[Any, Any]]] = {}
+        # a batch's buffer is read into again once it is decoded: new pages cost the kernel
+        # a fault and zeroing each (a 103 MB read spent 0.1-0.4 s of system time in them)
+        spare: Buffers = []
         nxt = 0  # the next batch to start
         held = 0  # bytes of the batches started and not yet decoded
         try:
@@ -389,16 +415,17 @@ class _Reading:
                 while nxt < len(batches) and len(running) < pace.held_batches:
                     if running and held + sizes[nxt] > pace.held_bytes:
                         break
-                    datas, requests = self._buffers(batches[nxt])
+                    datas, requests, backing = self._buffers(batches[nxt], spare, pace.batch)
                     future = self.reader.start_readinto(requests, parallel=self.parallel)
-                    running[future] = (nxt, datas)
+                    running[future] = (nxt, datas, backing)
                     held += sizes[nxt]
                     nxt += 1
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 future = min(done, key=lambda f: running[f][0])  # the earliest batch that is in
-                k, datas = running.pop(future)
+                k, datas, backing = running.pop(future)
                 future.result()
-                yield batches[k], datas
+                yield batches[k], datas  # decoded when the caller asks for the next one
+                spare.append(backing)
                 held -= sizes[k]
         finally:
             for future in running:
