@@ -23,7 +23,8 @@ but a few microseconds of Python and the Fletcher-32 check per chunk release the
 Batches are fetched while earlier ones decode, each decoded as soon as its bytes are in
 (:class:`_Pace` says how a read is cut and how much of it is held at once):
 
-- locally, batches of 16 MiB, the next one read while one decodes;
+- locally, batches of 16 MiB, the next one read while one decodes, into the buffer of a
+  batch decoded before (new pages cost the kernel a fault and zeroing each);
 - remotely, where every request waits ~30 ms for its first byte and one connection carries
   ~40-100 MiB/s, the read is cut into ranges of 1 to 4 MiB (at least 16 of them when it is
   large enough), each its own batch and request, all in flight at once up to 17 ranges' worth
@@ -94,6 +95,8 @@ _GROUP_CHUNK_MAX: Final = 256 * 2**10
 #: for its kernels (the import costs some 30 ms; they save 0.5-8 ms per MiB).
 FAST_FILTERS_MIN: Final = 16 * 2**20
 
+#: A buffer of bytes.
+_U8 = np.ndarray[Any, np.dtype[np.uint8]]
 #: A chunk to decode: its stored bytes, filter mask and per-axis hit positions.
 _Task = tuple[memoryview, int, tuple[int, ...]]
 
@@ -362,37 +365,27 @@ class _Reading:
             fetched.close()
 
     def _buffers(
-        self,
-        batch: list[Range],
-        spare: list[np.ndarray[Any, np.dtype[np.uint8]]] | None = None,
-        least: int = 0,
-    ) -> tuple[
-        list[np.ndarray[Any, np.dtype[np.uint8]]],
-        list[tuple[int, memoryview]],
-        np.ndarray[Any, np.dtype[np.uint8]],
-    ]:
-        """Buffers for a batch's ranges (views of one uninitialised buffer: a ``spare`` one
-        large enough when there is one, else a new one of at least ``least`` bytes), the
-        requests that fill them, and that buffer."""
-        total = sum(stop - start for start, stop, _ in batch)
-        backing = None
-        if spare:
-            fits = [i for i, b in enumerate(spare) if b.size >= total]
-            if fits:
-                backing = spare.pop(fits[0])
-        if backing is None:
-            backing = np.empty(max(total, least), dtype=np.uint8)
-        datas = []
-        at = 0
-        for start, stop, _ in batch:
-            datas.append(backing[at : at + stop - start])
-            at += stop - start
-        requests = [(r[0], memoryview(d.data)) for r, d in zip(batch, datas, strict=True)]
-        return datas, requests, backing
+        self, batch: list[Range], spare: list[_U8] | None = None, least: int = 0
+    ) -> tuple[list[_U8], list[tuple[int, memoryview]], _U8]:
+        """Views of one uninitialised buffer for a batch's ranges (a ``spare`` one large
+        enough, else a new one of at least ``least`` bytes), the requests that fill them,
+        and that buffer."""
+        sizes = [stop - start for start, stop, _ in batch]
+        fits = [i for i, b in enumerate(spare or ()) if b.size >= sum(sizes)]
+        backing = (
+            spare.pop(fits[0]) if spare and fits else np.empty(max(sum(sizes), least), np.uint8)
+        )
+        ends = list(itertools.accumulate(sizes))
+        datas = [backing[end - n : end] for n, end in zip(sizes, ends, strict=True)]
+        return (
+            datas,
+            [(r[0], memoryview(d.data)) for r, d in zip(batch, datas, strict=True)],
+            backing,
+        )
 
     def _fetched(
         self, batches: list[list[Range]], pace: _Pace
-    ) -> Generator[tuple[list[Range], list[np.ndarray[Any, np.dtype[np.uint8]]]], None, None]:
+    ) -> Generator[tuple[list[Range], list[_U8]], None, None]:
         """Each batch with its bytes, in the order they arrive; later batches are fetched
         while earlier ones decode (between two ``next`` calls), as many at once as ``pace``
         holds (:meth:`~npystore.fetch.RangeReader.start_readinto`: remotely the ranges of
@@ -403,11 +396,8 @@ class _Reading:
             yield batches[0], datas
             return
         sizes = [sum(stop - start for start, stop, _ in batch) for batch in batches]
-        Buffers = list[np.ndarray[Any, np.dtype[np.uint8]]]
-        running: dict[Future[None], tuple[int, Buffers, np.ndarray[Any, Any]]] = {}
-        # a batch's buffer is read into again once it is decoded: new pages cost the kernel
-        # a fault and zeroing each (a 103 MB read spent 0.1-0.4 s of system time in them)
-        spare: Buffers = []
+        running: dict[Future[None], tuple[int, list[_U8], _U8]] = {}
+        spare: list[_U8] = []  # decoded batches' buffers: new pages cost faults and zeroing
         nxt = 0  # the next batch to start
         held = 0  # bytes of the batches started and not yet decoded
         try:
@@ -475,12 +465,8 @@ class _Reading:
             raise
 
     def _decode_group(self, group: list[_Task]) -> bool:
-        """Decode a grain of shuffled chunks together: each chunk's steps (check, inflate)
-        into one buffer of the thread's, then the grain unshuffled in one numpy copy per byte
-        position (not one per chunk and byte position: each numpy call holds the GIL for its
-        few microseconds of setup, which stopped the other decoding threads), then each
-        chunk copied into place. False (nothing done) unless every chunk of the grain is
-        decoded by npystore with the same whole-element shuffle."""
+        """Decode a grain of shuffled chunks together (see the module): False, nothing done,
+        unless npystore decodes every chunk of it with the same whole-element shuffle."""
         masks = {mask for _, mask, _ in group}
         if len(masks) != 1:
             return False
@@ -514,9 +500,7 @@ class _Reading:
             self.out[out_sl] = chunk[local_sl]
         return True
 
-    def _group_buffers(
-        self, nbytes: int
-    ) -> tuple[np.ndarray[Any, np.dtype[np.uint8]], np.ndarray[Any, np.dtype[np.uint8]]]:
+    def _group_buffers(self, nbytes: int) -> tuple[_U8, _U8]:
         """This thread's two buffers of at least ``nbytes`` for :meth:`_decode_group`."""
         held = getattr(self._local, "group", None)
         if held is None or held[0].size < nbytes:
@@ -573,7 +557,7 @@ class _Reading:
             )
         decoded = undo_steps(data, steps, nbytes=nbytes, source=where, kernels=self.kernels)
         if steps.shuffle:
-            scratch: np.ndarray[Any, np.dtype[np.uint8]] | None
+            scratch: _U8 | None
             if (scratch := getattr(self._local, "scratch", None)) is None:
                 scratch = self._local.scratch = np.empty(nbytes, dtype=np.uint8)
             unshuffle_into(decoded, steps.shuffle, scratch)
