@@ -14,11 +14,11 @@ once (by libdeflate when installed), unshuffled and copied into place
 Shuffled chunks of up to 256 KiB are decoded a grain (up to 8 chunks) at a time: each
 inflated straight into its slot of one buffer its thread reuses (``undo_steps_into``), the
 grain unshuffled into a second one in one numpy copy per byte position, then each chunk
-placed. Every numpy call
-holds the GIL for its few microseconds of setup: one unshuffle per chunk and byte position
-kept the other decoding threads waiting (two threads decoded a 128 MB hdf5storage variable
-only 10% faster than one), a grain's unshuffle costs the same setup for eight chunks. All
-but a few microseconds of Python and the Fletcher-32 check per chunk release the GIL.
+placed. Every numpy call holds the GIL for its few microseconds of setup: one unshuffle per
+chunk and byte position kept the other decoding threads waiting (two threads decoded a
+128 MB hdf5storage variable only 10% faster than one), a grain's unshuffle costs the same
+setup for eight chunks. All but a few microseconds of Python and the Fletcher-32 check per
+chunk release the GIL.
 
 Batches are fetched while earlier ones decode, each decoded as soon as its bytes are in
 (:class:`_Pace` says how a read is cut and how much of it is held at once):
@@ -490,14 +490,8 @@ class _Reading:
         elements = shuffled[: k * nbytes].reshape(k, n, size)
         for j in range(size):
             elements[:, :, j] = groups[:, j, :]
-        layout = self.layout
-        shape = self.storage.chunk_shape
         for i, (_, _, pos) in enumerate(group):
-            out_sl, local_sl = self._slices(pos)
-            chunk: np.ndarray[Any, Any] = np.ndarray(
-                shape, dtype=layout.dtype, buffer=elements[i], order=layout.order
-            )
-            self.out[out_sl] = chunk[local_sl]
+            self._place(elements[i], *self._slices(pos))
         return True
 
     def _group_buffers(self, nbytes: int) -> tuple[_U8, _U8]:
@@ -562,6 +556,10 @@ class _Reading:
                 scratch = self._local.scratch = np.empty(nbytes, dtype=np.uint8)
             unshuffle_into(decoded, steps.shuffle, scratch)
             decoded = memoryview(scratch.data)
+        self._place(decoded, out_sl, local_sl)
+
+    def _place(self, decoded: Any, out_sl: tuple[slice, ...], local_sl: tuple[slice, ...]) -> None:
+        """Copy the selected part of a decoded chunk (its bytes) into the output."""
         layout = self.layout
         chunk: np.ndarray[Any, Any] = np.ndarray(
             self.storage.chunk_shape, dtype=layout.dtype, buffer=decoded, order=layout.order

@@ -52,10 +52,11 @@ from typing import Any, Final
 
 import numpy as np
 
+from npystore.formats.h5index._dataset import dataspace_dims, number_dtype
 from npystore.formats.h5index._fields import undefined
 from npystore.formats.h5index._header import SHARED
 
-__all__ = ["UNDECODED", "CompactAttributes", "compact_attributes", "dataspace_dims"]
+__all__ = ["UNDECODED", "CompactAttributes", "compact_attributes"]
 
 _ATTRIBUTE: Final = 0x0C
 _ATTRIBUTE_INFO: Final = 0x15
@@ -198,41 +199,10 @@ def _dtype(datatype: bytes) -> np.dtype[Any] | None:
     if len(datatype) < 8:
         return None
     cls = datatype[0] & 0x0F
-    bits = datatype[1]
     size = int.from_bytes(datatype[4:8], "little")
     if cls == _FIXED_POINT:
-        if size not in (1, 2, 4, 8) or len(datatype) < 12:
-            return None
-        offset = int.from_bytes(datatype[8:10], "little")
-        precision = int.from_bytes(datatype[10:12], "little")
-        if offset != 0 or precision != 8 * size or bits & 0x06:
-            return None  # padding bits or a partial precision: libhdf5 converts
-        order = ">" if bits & 1 else "<"
-        return np.dtype(f"{order}{'i' if bits & 0x08 else 'u'}{size}")
-    if cls == _STRING and (bits & 0x0F) in _STRING_PADS and 1 <= size <= 2**16:
+        dtype = number_dtype(datatype)  # a plain integer, or libhdf5 converts it
+        return dtype if dtype is not None and dtype.kind in "iu" else None
+    if cls == _STRING and (datatype[1] & 0x0F) in _STRING_PADS and 1 <= size <= 2**16:
         return np.dtype(f"S{size}")
     return None
-
-
-def dataspace_dims(dataspace: bytes, sizeof_len: int) -> tuple[int, ...] | None:
-    """The dimensions of a scalar (``()``) or simple dataspace; None for a null one or
-    one that does not parse."""
-    if len(dataspace) < 4:
-        return None
-    version, rank = dataspace[0], dataspace[1]
-    if version == 1:
-        pos = 8
-    elif version == 2:
-        if dataspace[3] == 0:
-            return ()
-        if dataspace[3] != 1:
-            return None
-        pos = 4
-    else:
-        return None
-    if len(dataspace) < pos + rank * sizeof_len:
-        return None
-    return tuple(
-        int.from_bytes(dataspace[pos + i * sizeof_len : pos + (i + 1) * sizeof_len], "little")
-        for i in range(rank)
-    )

@@ -40,11 +40,10 @@ from typing import Any, Final
 
 import numpy as np
 
-from npystore.formats.h5index._attributes import dataspace_dims
 from npystore.formats.h5index._fields import undefined
 from npystore.formats.h5index._header import SHARED
 
-__all__ = ["PLAIN_MAX_BYTES", "PlainDataset", "plain_dataset"]
+__all__ = ["PLAIN_MAX_BYTES", "PlainDataset", "dataspace_dims", "number_dtype", "plain_dataset"]
 
 #: Largest dataset :func:`plain_dataset` describes (larger ones are read by libhdf5 or
 #: laid out for byte-range reads).
@@ -106,7 +105,7 @@ def plain_dataset(
             found[kind] = body
     if len(found) != len(_WANTED):
         return None
-    dtype = _dtype(found[_DATATYPE])
+    dtype = number_dtype(found[_DATATYPE])
     shape = dataspace_dims(found[_DATASPACE], sizeof_len)
     if dtype is None or shape is None:
         return None
@@ -135,8 +134,9 @@ def plain_dataset(
     return None
 
 
-def _dtype(datatype: bytes) -> np.dtype[Any] | None:
-    """The numpy dtype of a plain fixed-point or IEEE floating-point datatype, else None."""
+def number_dtype(datatype: bytes) -> np.dtype[Any] | None:
+    """The numpy dtype of a plain fixed-point or IEEE floating-point datatype (no padding
+    bits, full precision; what h5py reads it as), else None."""
     if len(datatype) < 12 or datatype[0] >> 4 not in (1, 2, 3):
         return None
     cls = datatype[0] & 0x0F
@@ -172,3 +172,27 @@ def _dtype(datatype: bytes) -> np.dtype[Any] | None:
             return None
         return np.dtype(f"{order}f{size}")
     return None
+
+
+def dataspace_dims(dataspace: bytes, sizeof_len: int) -> tuple[int, ...] | None:
+    """The dimensions of a scalar (``()``) or simple dataspace; None for a null one or
+    one that does not parse."""
+    if len(dataspace) < 4:
+        return None
+    version, rank = dataspace[0], dataspace[1]
+    if version == 1:
+        pos = 8
+    elif version == 2:
+        if dataspace[3] == 0:
+            return ()
+        if dataspace[3] != 1:
+            return None
+        pos = 4
+    else:
+        return None
+    if len(dataspace) < pos + rank * sizeof_len:
+        return None
+    return tuple(
+        int.from_bytes(dataspace[pos + i * sizeof_len : pos + (i + 1) * sizeof_len], "little")
+        for i in range(rank)
+    )
