@@ -347,3 +347,74 @@ def test_a_cell_of_plain_values_opens_no_element_through_libhdf5(
     assert got[0, 5].item() == -4
     assert got[0, 6].dtype == np.uint32
     assert got[0, 6].ravel().tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+def test_top_level_plain_variables_are_laid_out_without_libhdf5(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, libver: str
+) -> None:
+    """Small plain numeric variables of a v7.3 file (contiguous, compact, scalar, big-endian,
+    empty): their layout comes from the object header, equal to the one libhdf5's answers
+    give (:func:`dataset_layout`), and their values equal h5py's; libhdf5 opens none."""
+    from npystore.files.mat import hdf5 as mat_hdf5
+
+    path = tmp_path / "v.mat"
+    values = {
+        "a": np.arange(12.0).reshape(3, 4),
+        "b": np.arange(5, dtype=">i4"),
+        "s": np.float64(2.5),
+        "e": np.zeros((0, 3)),
+        "u": np.arange(6, dtype=np.uint8).reshape(2, 3),
+    }
+    with h5py.File(path, "w", libver=libver, userblock_size=512) as f:
+        for name, value in values.items():
+            if name == "u":  # compact storage
+                space = h5py.h5s.create_simple(value.shape)
+                dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+                dcpl.set_layout(h5py.h5d.COMPACT)
+                tid = h5py.h5t.py_create(value.dtype)
+                h5py.h5d.create(f.id, b"u", tid, space, dcpl=dcpl).write(
+                    h5py.h5s.ALL, h5py.h5s.ALL, value
+                )
+                d = f["u"]
+            else:
+                d = f.create_dataset(name, data=value)
+            d.attrs["MATLAB_class"] = np.bytes_(
+                {"f": "double", "i": "int32", "u": "uint8"}[value.dtype.kind]
+            )
+    with path.open("r+b") as fh:
+        fh.write(b"MATLAB 7.3 MAT-file".ljust(116) + b" " * 8 + b"\x00\x02IM")
+    laid: list[str] = []
+    real = mat_hdf5.dataset_layout
+
+    def counted(dset: Any, *args: Any, **kwargs: Any) -> Any:
+        laid.append(dset.name)
+        return real(dset, *args, **kwargs)
+
+    monkeypatch.setattr("npystore.files.mat.v73.dataset_layout", counted)
+    with npystore.open_mat(str(path)) as m:
+        arrays = {name: m[name] for name in values}
+        loaded = {name: m.load(name) for name in values}
+    with h5py.File(path, "r") as f:
+        for name in values:
+            want = np.asarray(f[name][()]).T  # MATLAB's axes, at least 2-D
+            want = want.reshape(want.shape + (1,) * (2 - want.ndim))
+            np.testing.assert_array_equal(arrays[name].compute(), want, err_msg=name)
+            np.testing.assert_array_equal(loaded[name], want, err_msg=name)
+            assert loaded[name].dtype == want.dtype, name  # as stored, as h5py reads it
+    # only the empty one, never written (no address: libhdf5 gives its fill values), is
+    # opened by libhdf5 for its layout
+    assert laid == ["/e"]
+    # the same layouts as libhdf5's answers give
+    reader = open_reader(str(path))
+    with h5py.File(path, "r") as f:
+        meta = H5Meta.for_reader(reader)
+        meta.attach(None, 512)
+        guard = Guard(reader, object_identity, lambda dset, src: None)
+        root = safe_root(f, "v.mat", guard)
+        for name in ("a", "b", "s", "u"):
+            ours = root[name]
+            assert isinstance(ours, PlainSafeDataset), name
+            got = mat_hdf5.plain_layout(ours, meta, name)
+            want = real(f[name], reader, matlab=True, source=name)
+            assert got == want, name

@@ -111,6 +111,21 @@ class H5Meta(PerReader):
             raise ValueError(f"{self.reader.url}: H5Meta used before attach()")
         return self.base
 
+    def absolute(self, address: int, nbytes: int, source: str) -> int:
+        """The file offset of ``nbytes`` at ``address`` (relative to the base address).
+
+        Raises
+        ------
+        FormatError
+            They run past the end of the file.
+        """
+        if address + nbytes > self.file_end:
+            raise FormatError(
+                f"{source}: {nbytes} bytes of data at address {address} run past the end of "
+                f"the file ({self.reader.size} bytes, base address {self._base()})"
+            )
+        return self._base() + address
+
     def read_raw(self, start: int, stop: int) -> bytes:
         """The file's bytes ``[start, stop)`` at absolute offsets (no base address), through
         the block cache while one is attached."""

@@ -497,6 +497,11 @@ class PlainSafeDataset(SafeDataset):
         return self._obj
 
     @property
+    def plain(self) -> h5index.PlainDataset:
+        """What its object header says: dtype, shape, the bytes or their address."""
+        return self._plain
+
+    @property
     def shape(self) -> tuple[int, ...]:
         """The dataset's shape."""
         return self._plain.shape

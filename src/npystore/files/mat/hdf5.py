@@ -45,7 +45,7 @@ from npystore.errors import FormatError, NpystoreError, UnsupportedError
 from npystore.fetch import RangeReader
 from npystore.fetch.blockfile import DEFAULT_BLOCK_SIZE, WHOLE_FILE_LIMIT, BlockFile
 from npystore.files.mat.h5meta import H5Meta, PerReader
-from npystore.files.mat.h5safe import check_storage, object_identity
+from npystore.files.mat.h5safe import PlainSafeDataset, check_storage, object_identity
 from npystore.formats.h5chunks import ChunkTable, Geometry
 from npystore.read.layout import (
     ArrayLayout,
@@ -63,6 +63,7 @@ __all__ = [
     "BlockFile",
     "chunk_table",
     "dataset_layout",
+    "plain_layout",
     "hdf5_errors",
     "header_address",
     "object_identity",
@@ -320,6 +321,27 @@ def dataset_layout(
             storage.fill,
         )
     return ArrayLayout(dtype, tuple(reversed(shape)), "F", storage)
+
+
+def plain_layout(dset: PlainSafeDataset, meta: H5Meta, source: str) -> ArrayLayout:
+    """The MATLAB-axes layout of a small plain dataset read from its object header
+    (:class:`~npystore.files.mat.h5safe.PlainSafeDataset`): what :func:`dataset_layout` gives
+    with ``matlab=True``, without libhdf5 opening the dataset.
+
+    Raises
+    ------
+    FormatError
+        A contiguous dataset's values run past the end of the file.
+    """
+    plain = dset.plain
+    storage: Storage
+    if plain.nbytes == 0:
+        storage = InlineExtent(b"")
+    elif plain.inline is not None:
+        storage = InlineExtent(plain.inline)
+    else:
+        storage = RawExtent(meta.absolute(plain.address, plain.nbytes, source), plain.nbytes)
+    return ArrayLayout(plain.dtype, tuple(reversed(plain.shape)), "F", storage)
 
 
 def _fill_bytes(dcpl: Any, dtype: np.dtype[Any]) -> bytes:

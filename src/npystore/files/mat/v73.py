@@ -38,8 +38,20 @@ import numpy as np
 from npystore.errors import FormatError, UnsupportedError
 from npystore.fetch import RangeReader
 from npystore.files.mat.h5meta import H5Meta
-from npystore.files.mat.h5safe import Guard, SafeDataset, object_identity, safe_root
-from npystore.files.mat.hdf5 import chunk_table, dataset_layout, hdf5_errors, open_h5
+from npystore.files.mat.h5safe import (
+    Guard,
+    PlainSafeDataset,
+    SafeDataset,
+    object_identity,
+    safe_root,
+)
+from npystore.files.mat.hdf5 import (
+    chunk_table,
+    dataset_layout,
+    hdf5_errors,
+    open_h5,
+    plain_layout,
+)
 from npystore.files.mat.tree import (
     EAGER_BYTES,
     CellNode,
@@ -112,7 +124,8 @@ class Mat73File:
             prefix = reader.read(0, min(reader.size, mat5.HEADER_SIZE))
         self.header_text = _header_text(prefix, self.source)
         self._h5 = open_h5(reader)
-        base = H5Meta.for_reader(reader).base or 0
+        self._meta = H5Meta.for_reader(reader)
+        base = self._meta.base or 0
         guard = Guard(
             reader, object_identity, lambda dset, src: chunk_table(dset, reader, base, src)
         )
@@ -246,8 +259,11 @@ class Mat73File:
         if dset is None:
             layout = ArrayLayout(dtype, dims or (0,), "F", InlineExtent(b""))
             return LayoutArray(self.reader, layout, source=source)
-        raw = dset.h5obj if isinstance(dset, SafeDataset) else dset
-        stored = dataset_layout(raw, self.reader, matlab=True, source=source)
+        if isinstance(dset, PlainSafeDataset):
+            stored = plain_layout(dset, self._meta, source)  # libhdf5 not asked
+        else:
+            raw = dset.h5obj if isinstance(dset, SafeDataset) else dset
+            stored = dataset_layout(raw, self.reader, matlab=True, source=source)
         if dims is not None:
             stored = _padded(stored, dims, source)
         same = stored.dtype.names is None and (
