@@ -32,7 +32,10 @@ is never allocated, and only the bytes a read asks for are kept.
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Final
 
 from npystore.errors import FormatError
@@ -40,6 +43,7 @@ from npystore.fetch import RangeReader, read_cache_file, write_cache_file
 from npystore.formats import deflate, zblock
 from npystore.formats.deflate import Checkpoint, DeflateIndex
 from npystore.formats.zblock import PieceEnd
+from npystore.read import memo
 from npystore.read.index import index_cache_path
 from npystore.read.layout import DeflatedMember
 from npystore.read.memo import compressed_range
@@ -142,6 +146,11 @@ def read_blocks(
     a piece failed its check, now or in an earlier read, or zlib cannot be loaded; the
     caller reads the member as one stream.
 
+    The read's own pieces come first (each inflated once, its check included, straight
+    into ``out``); then the pieces before them that no other read has taken meanwhile are
+    checked (their compressed bytes fetched in the background from the start, the pieces
+    checked on all cores), and those other reads are checking are waited for.
+
     How many pieces passed is kept in the slot (it travels with pickled graphs) and, with
     an index cache directory, in a file beside the member's checkpoint index (the block
     starts of the pieces that passed, as a :class:`~npystore.formats.deflate.DeflateIndex`):
@@ -161,22 +170,26 @@ def read_blocks(
         return False
     stop = start + out.nbytes
     i, j = blocks.span(start, stop)
-    before = chain.claim(0, i)
+    checked = chain.checked
+    if checked < i:  # bytes of the pieces to check (or of those another read checks)
+        coff = blocks.coffsets
+        memo.prefetch(reader, member, coff[checked], coff[i])
     own = chain.claim(i, j)
-    checked_before = bool(before)
+    before: list[int] = []
+    checked_before = False
     try:
-        if before and not _check(reader, member, blocks, chain, before):
-            return False
         if not _read_own(reader, member, blocks, chain, own, i, j, start, out):
             return False
         while True:
-            settled = chain.wait(i)
-            if settled is not None:
-                break
-            before = chain.claim(0, i)  # a read that was checking them failed: check here
+            # the pieces before that no read took meanwhile (an earlier chunk's read, come
+            # later, would inflate them with its data): checked here, their output summed
+            before = chain.claim(0, i)
             checked_before = checked_before or bool(before)
             if before and not _check(reader, member, blocks, chain, before):
                 return False
+            settled = chain.wait(i)  # (None: a read checking some of them gave up)
+            if settled is not None:
+                break
     except BaseException:
         chain.abandon(before + own)
         raise
@@ -245,20 +258,35 @@ def _persist(
     write_cache_file(_cache_path(reader, member, slot.cache_dir), record.to_bytes())
 
 
-def _groups(blocks: BlockIndex, pieces: list[int]) -> list[list[int]]:
-    """Runs of consecutive pieces, each of at most :data:`CHECK_READ` compressed bytes (or
-    one piece)."""
+def _groups(blocks: BlockIndex, pieces: list[int], cap: int) -> list[list[int]]:
+    """Runs of consecutive pieces, each of at most ``cap`` compressed bytes (or one
+    piece)."""
     groups: list[list[int]] = []
     size = 0
     for k in pieces:
         csize = blocks.csizes[k]
-        if groups and groups[-1][-1] == k - 1 and size + csize <= CHECK_READ:
+        if groups and groups[-1][-1] == k - 1 and size + csize <= cap:
             groups[-1].append(k)
             size += csize
         else:
             groups.append([k])
             size = csize
     return groups
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = 0
+_pool_lock = threading.Lock()
+
+
+def _checkers() -> ThreadPoolExecutor:
+    """The process-wide threads that check pieces (one per core; made again after a fork)."""
+    global _pool, _pool_pid  # noqa: PLW0603 - made on first use
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="npystore-check")
+            _pool_pid = os.getpid()
+        return _pool
 
 
 def _check(
@@ -268,23 +296,45 @@ def _check(
     chain: BlockChain,
     pieces: list[int],
 ) -> bool:
-    """Check the claimed ``pieces`` (their output only summed); False when one fails."""
+    """Check the claimed ``pieces`` (their output only summed); False when one fails.
+
+    The pieces go in groups of consecutive ones (at most :data:`CHECK_READ` compressed
+    bytes, and enough groups for every core), each group's bytes read and its pieces
+    checked by one of the checking threads, this one taking the first group; zlib runs
+    without the interpreter lock, so the groups are checked in parallel.
+    """
     coff = blocks.coffsets
-    done: set[int] = set()
+    total = sum(blocks.csizes[k] for k in pieces)
+    cores = os.cpu_count() or 2
+    groups = _groups(blocks, pieces, min(CHECK_READ, max(1, -(-total // (2 * cores)))))
+    failed = threading.Event()
+
+    def run(group: list[int]) -> None:
+        if failed.is_set():
+            return
+        lo, hi = group[0], group[-1] + 1
+        data = memoryview(compressed_range(reader, member, coff[lo], coff[hi]))
+        for k in group:
+            if failed.is_set():
+                return
+            piece = data[coff[k] - coff[lo] : coff[k + 1] - coff[lo]]
+            passed = _inflate_checked(blocks, k, piece, None, 0, 0)
+            chain.settle(k, passed=passed)
+            if not passed:
+                failed.set()
+                return
+
     try:
-        for group in _groups(blocks, pieces):
-            lo, hi = group[0], group[-1] + 1
-            data = memoryview(compressed_range(reader, member, coff[lo], coff[hi]))
-            for k in group:
-                piece = data[coff[k] - coff[lo] : coff[k + 1] - coff[lo]]
-                passed = _inflate_checked(blocks, k, piece, None, 0, 0)
-                chain.settle(k, passed=passed)
-                done.add(k)
-                if not passed:
-                    return False
+        futures = [_checkers().submit(run, g) for g in groups[1:]]
+        try:
+            run(groups[0])
+        finally:
+            wait(futures)
+        for f in futures:
+            f.result()  # a fetch's error
     finally:
-        chain.abandon([k for k in pieces if k not in done])
-    return True
+        chain.abandon(pieces)  # those not settled (a failure stopped the others)
+    return not failed.is_set()
 
 
 def _read_own(
@@ -308,7 +358,7 @@ def _read_own(
         piece = data[coff[k] - coff[i] : coff[k + 1] - coff[i]]
         lo, hi = max(start, uoff[k]), min(stop, uoff[k + 1])
         target = out[lo - start : hi - start]
-        if chain.is_checked(k):
+        if chain.is_checked(k) and not _check_is_fast():
             passed = _inflate_fast(blocks, k, piece, target, lo - uoff[k])
         else:
             passed = _inflate_checked(blocks, k, piece, target, lo - uoff[k], hi - uoff[k])
@@ -323,6 +373,14 @@ def _read_own(
     return True
 
 
+@functools.cache
+def _check_is_fast() -> bool:
+    """Whether checking a piece costs what inflating it with the fastest inflater does
+    (zlib-ng: checked pieces are checked again when read; else ISA-L inflates them)."""
+    name = zblock.library()
+    return name is not None and name.startswith("zlib-ng")
+
+
 def _inflate_checked(
     blocks: BlockIndex,
     k: int,
@@ -331,23 +389,25 @@ def _inflate_checked(
     lo: int,
     hi: int,
 ) -> bool:
-    """Inflate piece ``k`` alone with zlib (``Z_BLOCK``), copying its output ``[lo, hi)``
-    into ``target``; whether it passes: size, CRC-32, every byte consumed, and its end
-    between blocks (the last piece: the stream's end)."""
+    """Inflate piece ``k`` alone (:func:`npystore.formats.zblock.inflate_piece`), its
+    output ``[lo, hi)`` into ``target`` (straight into it when that is the whole output);
+    whether it passes: size, CRC-32, every byte consumed, and its end between blocks (the
+    last piece: the stream's end)."""
     usize = blocks.usizes[k]
     crc = 0
     at = 0
+    whole = target is not None and lo == 0 and hi == usize
 
     def take(chunk: memoryview) -> None:
         nonlocal crc, at
         crc = deflate.crc32(chunk, crc)
-        if target is not None:
+        if target is not None and not whole:
             a, b = max(lo, at), min(hi, at + chunk.nbytes)
             if b > a:
                 target[a - lo : b - lo] = chunk[a - at : b - at]
         at += chunk.nbytes
 
-    result = zblock.inflate_piece(piece, usize, take)
+    result = zblock.inflate_piece(piece, usize, take, into=target if whole else None)
     want = PieceEnd.END if k == len(blocks.usizes) - 1 else PieceEnd.BOUNDARY
     return (
         result.error is None
