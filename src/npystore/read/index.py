@@ -4,15 +4,14 @@
   rapidgzip) over :class:`MemberGzipFile`, a gzip view of the member; without either it
   returns ``None``;
 - :func:`build_or_load_index` / :func:`load_cached_index`: the index cache directory
-  (:func:`index_cache_path`, keyed by the object's identity and the member);
-- :func:`build_in_background`: one thread builds the indexes of members a first compute
-  inflated whole (:func:`npystore.read.inflate.inflate_range_into`), for later processes;
-  :func:`wait_for_background` waits for it.
+  (:func:`index_cache_path`, keyed by the object's identity and the member).
+
+(A first compute of a member builds its index in the pass its chunk reads share:
+:mod:`npystore.read.firstpass`.)
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import io
 import logging
@@ -27,19 +26,16 @@ from npystore.formats import deflate
 from npystore.formats.deflate import DeflateIndex
 from npystore.read.layout import DeflatedMember
 from npystore.read.sequential import STREAM_BLOCK, CompressedBlocks, check_full_pass, stream
-from npystore.read.slot import IndexSlot
 
 __all__ = [
     "INDEX_SPACING",
     "MemberGzipFile",
     "build_and_cache_index",
-    "build_in_background",
     "build_index",
     "build_or_load_index",
     "index_builder_name",
     "index_cache_path",
     "load_cached_index",
-    "wait_for_background",
 ]
 
 #: Output spacing asked of index builders.
@@ -257,50 +253,3 @@ def build_and_cache_index(
     if index is not None and cache_dir is not None:
         write_cache_file(index_cache_path(reader, member, cache_dir), index.to_bytes())
     return index
-
-
-def build_in_background(reader: RangeReader, member: DeflatedMember, slot: IndexSlot) -> None:
-    """Build (or load) the member's index into ``slot`` on the background thread, and cache
-    it; returns at once (see :func:`wait_for_background`)."""
-    if index_builder_name() is not None:
-        _background().submit(_build_later, reader, member, slot)
-
-
-def _background() -> ThreadPoolExecutor:
-    """The one thread that builds indexes of members inflated whole (see
-    :func:`_index_or_whole`)."""
-    global _BACKGROUND  # noqa: PLW0603 - made on first use
-    with _BACKGROUND_LOCK:
-        if _BACKGROUND is None:
-            _BACKGROUND = ThreadPoolExecutor(
-                1, thread_name_prefix="npystore-index", initializer=_lower_priority
-            )
-        return _BACKGROUND
-
-
-def wait_for_background() -> None:
-    """Wait until the indexes being built in the background are built (and cached)."""
-    with _BACKGROUND_LOCK:
-        pool = _BACKGROUND
-    if pool is not None:
-        pool.submit(lambda: None).result()  # one thread, in order: everything before is done
-
-
-def _lower_priority() -> None:
-    """Run the background thread at the lowest CPU priority (Linux: per thread): the
-    chunk reads of the compute that started it come first on a busy machine."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):  # not Linux, or not allowed: the normal priority
-        return
-
-
-def _build_later(reader: RangeReader, member: DeflatedMember, slot: IndexSlot) -> None:
-    try:
-        slot.ensure(functools.partial(build_or_load_index, reader, member, slot.cache_dir))
-    except (FormatError, FetchError, OSError) as exc:
-        # the member was just inflated and checked whole, so this is the store or the
-        # cache directory: the read that needs the index builds it again and raises then
-        _log.warning(
-            "%s:%s: building the checkpoint index failed: %s", reader.url, member.name, exc
-        )

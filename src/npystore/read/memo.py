@@ -261,9 +261,9 @@ def prefetch(reader: RangeReader, member: DeflatedMember, start: int, stop: int)
         kept.fetch(reader, member.offset, start // GRAIN, -(-stop // GRAIN))
 
 
-#: Most inflated bytes of whole members kept for chunk reads in one process
-#: (:meth:`~npystore.read.slot.IndexSlot.keep` with ``until_read``), counting the members
-#: being inflated to be kept (:func:`reserve`).
+#: Most inflated bytes held for chunk reads in one process: the whole member for each first
+#: pass (:class:`~npystore.read.firstpass.FirstPass`) that still holds bytes or may keep
+#: more, reserved before it starts (:func:`reserve`).
 KEEP_BUDGET: Final = 256 * 2**20
 
 _held: OrderedDict[int, tuple[weakref.ref[IndexSlot], int]] = OrderedDict()
@@ -322,7 +322,7 @@ def kept_bytes() -> int:
 
 def _holds(ref: weakref.ref[IndexSlot]) -> bool:
     slot = ref()
-    return slot is not None and slot.inflated() is not None
+    return slot is not None and slot.holds()
 
 
 def forget() -> None:
