@@ -162,7 +162,7 @@ class FirstPass:
         piece = self._pieces.get(start)
         if piece is not None and piece[0].nbytes == stop - start:
             del self._pieces[start]
-            self._read_kept(stop - start)
+            self._read_kept(piece[1])
             buf: np.ndarray[Any, np.dtype[np.uint8]] = piece[0]
             return buf
         parts: list[tuple[int, list[Any]]] = []
@@ -184,10 +184,11 @@ class FirstPass:
         for begin, piece in parts:
             lo, hi = max(start, begin), min(stop, begin + piece[0].nbytes)
             out[lo - start : hi - start] = piece[0][lo - begin : hi - begin]
-            piece[1] -= hi - lo
+            read = min(piece[1], hi - lo)  # (a range read twice counts once)
+            piece[1] -= read
             if piece[1] <= 0:
                 del self._pieces[begin]
-        self._read_kept(stop - start)
+            self._read_kept(read)
         return out
 
     def _read_kept(self, nbytes: int) -> None:
@@ -269,8 +270,8 @@ class FirstPass:
     def _pos_now(self) -> int:
         return 0 if self._inflater is None else self._inflater.total_out
 
-    def _feed(self) -> bool:
-        """Give the inflater the next part of the compressed bytes once it arrived (the
+    def _feed(self, inflater: zblock.Inflater) -> bool:
+        """Give ``inflater`` the next part of the compressed bytes once it arrived (the
         first call starts fetching all of them); False when there are no more."""
         csize = self._member.compressed_size
         if self._fed >= csize:
@@ -278,51 +279,64 @@ class FirstPass:
         stop = min(csize, self._fed + PART)
         ahead = csize - stop if self._fed == 0 else 0
         data = compressed_range(self._reader, self._member, self._fed, stop, ahead=ahead)
-        inflater = self._inflater
-        assert inflater is not None
         inflater.feed(data)
         self._fed = stop
         return True
 
-    def _fill(self, dst: memoryview) -> None:
-        """Inflate exactly ``len(dst)`` output bytes into ``dst`` (checksums, checkpoints)."""
+    def _step(self, dst: memoryview, *, block: bool = False) -> int:
+        """One inflate call into ``dst`` (given the next compressed part first when the
+        input ran out); the bytes written, summed.
+
+        Raises
+        ------
+        FormatError
+            Corrupt deflate data, or a stream that needs more bytes than the member has.
+        """
         inflater = self._inflater
-        assert inflater is not None
-        member = self._member
-        filled = 0
-        while filled < dst.nbytes:
-            if inflater.avail_in == 0 and not self._feed():
+        if inflater is None:
+            raise RuntimeError("the pass has no inflater (stopped)")
+        more = inflater.avail_in > 0 or self._feed(inflater)
+        ret, n = inflater.inflate(dst, block=block)  # (zlib may finish from bits it holds)
+        if n:
+            self._sum(dst[:n])
+        if ret == _Z_STREAM_END:
+            self._ended = True
+        elif ret == _Z_BUF_ERROR and n == 0:
+            if inflater.avail_in:
+                raise FormatError(f"{self._source}: corrupt deflate data (no progress)")
+            if not more:
                 raise FormatError(
                     f"{self._source}: the deflate stream is cut short after "
-                    f"{inflater.total_out} bytes of output, expected {member.uncompressed_size}"
+                    f"{inflater.total_out} bytes of output: it does not end within the "
+                    f"member's {self._member.compressed_size} compressed bytes"
                 )
-            at = inflater.total_out
-            room = dst.nbytes - filled
+        elif ret not in (_Z_OK, _Z_BUF_ERROR):
+            raise FormatError(f"{self._source}: corrupt deflate data: {inflater.message}")
+        return n
+
+    def _fill(self, dst: memoryview) -> None:
+        """Inflate exactly ``len(dst)`` output bytes into ``dst`` (checksums, checkpoints)."""
+        filled = 0
+        while filled < dst.nbytes:
+            at = self._pos_now()
+            if self._ended:
+                raise FormatError(
+                    f"{self._source}: deflate stream ended after {at} bytes, expected "
+                    f"{self._member.uncompressed_size}"
+                )
+            # calls of at most _CALL bytes: the checksums read what was just written
+            room = min(dst.nbytes - filled, _CALL)
             block = at >= self._next_checkpoint
             if not block:
                 room = min(room, self._next_checkpoint - at)
-            ret, n = inflater.inflate(dst[filled : filled + room], block=block)
-            if n:
-                self._sum(dst[filled : filled + n])
-            filled += n
-            self._ended = ret == _Z_STREAM_END
-            if self._ended and filled < dst.nbytes:
-                raise FormatError(
-                    f"{self._source}: deflate stream ended after {inflater.total_out} bytes, "
-                    f"expected {member.uncompressed_size}"
-                )
-            if ret not in (_Z_OK, _Z_STREAM_END, _Z_BUF_ERROR):
-                raise FormatError(f"{self._source}: corrupt deflate data: {inflater.message}")
-            if ret == _Z_BUF_ERROR and n == 0 and inflater.avail_in:
-                raise FormatError(f"{self._source}: corrupt deflate data (no progress)")
-            if block:
-                bit = inflater.boundary()
+            filled += self._step(dst[filled : filled + room], block=block)
+            if block and self._inflater is not None:
+                bit = self._inflater.boundary()
                 if bit is not None:
-                    window = (self._tail + bytes(dst[max(0, filled - WINDOW_SIZE) : filled]))[
-                        -WINDOW_SIZE:
-                    ]
-                    self._checkpoints.append(Checkpoint(bit, inflater.total_out, window))
-                    self._next_checkpoint = inflater.total_out + INDEX_SPACING
+                    window = self._tail + bytes(dst[max(0, filled - WINDOW_SIZE) : filled])
+                    out_at = self._pos_now()
+                    self._checkpoints.append(Checkpoint(bit, out_at, window[-WINDOW_SIZE:]))
+                    self._next_checkpoint = out_at + INDEX_SPACING
         self._tail = (self._tail + bytes(dst[-WINDOW_SIZE:]))[-WINDOW_SIZE:]
 
     def _sum(self, chunk: memoryview) -> None:
@@ -334,33 +348,17 @@ class FirstPass:
     def _finish(self) -> None:
         """Inflate to the stream's end (output past the last read discarded), check the
         size and checksums, install the index."""
-        inflater = self._inflater
-        assert inflater is not None
         member = self._member
         size = member.uncompressed_size
-        rest = size - inflater.total_out
-        scratch = memoryview(bytearray(max(1, min(zblock.STEP, rest + 1))))
+        scratch = memoryview(bytearray(max(1, min(zblock.STEP, size - self._pos_now() + 1))))
         while not self._ended:
-            if inflater.avail_in == 0 and not self._feed():
-                break
-            ret, n = inflater.inflate(scratch)
-            self._sum(scratch[:n])
-            if inflater.total_out > size:
+            self._step(scratch)
+            if self._pos_now() > size:
                 raise FormatError(
                     f"{self._source}: inflates to more than the {size} bytes "
                     f"{member.sized_by} says (corrupt or mismatched deflate data)"
                 )
-            self._ended = ret == _Z_STREAM_END
-            if ret not in (_Z_OK, _Z_STREAM_END, _Z_BUF_ERROR):
-                raise FormatError(f"{self._source}: corrupt deflate data: {inflater.message}")
-            if ret == _Z_BUF_ERROR and n == 0 and inflater.avail_in:
-                raise FormatError(f"{self._source}: corrupt deflate data (no progress)")
-        if not self._ended:
-            raise FormatError(
-                f"{self._source}: the deflate stream does not end within the member's "
-                f"{member.compressed_size} compressed bytes"
-            )
-        check_full_pass(self._source, member, inflater.total_out, self._crc, self._adler)
+        check_full_pass(self._source, member, self._pos_now(), self._crc, self._adler)
         index = DeflateIndex(member.compressed_size, size, tuple(self._checkpoints))
         self._slot.set(index)
         if self._slot.cache_dir is not None:
@@ -376,6 +374,8 @@ class FirstPass:
 _Z_OK: Final = 0
 _Z_STREAM_END: Final = 1
 _Z_BUF_ERROR: Final = -5
+#: Most output of one inflate call (its checksums then read it from the cache).
+_CALL: Final = 256 * 2**10
 
 
 def _new_buffer(nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
