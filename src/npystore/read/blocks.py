@@ -36,7 +36,9 @@ import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
 
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader, read_cache_file, write_cache_file
@@ -52,7 +54,7 @@ from npystore.read.slot import IndexSlot
 if TYPE_CHECKING:
     from npystore.formats.zipdir import BlockIndex  # zipdir loads only for archives
 
-__all__ = ["CHECK_READ", "STEP", "BlockChain", "read_blocks"]
+__all__ = ["CHECK_READ", "STEP", "BlockChain", "read_blocks", "read_blocks_array"]
 
 #: Most output bytes one inflate call produces.
 STEP: Final = zblock.STEP
@@ -79,6 +81,12 @@ class BlockChain:
         self._cond = threading.Condition()
         #: Pieces recorded as checked in the index cache directory (see :func:`read_blocks`).
         self.persisted = checked
+        #: Output start -> buffer: pieces checked ahead of the read they belong to, their
+        #: output kept until that read takes it (see :func:`read_blocks_array`).
+        self._kept: dict[int, np.ndarray[Any, np.dtype[np.uint8]]] = {}
+        #: Whether checked output may be kept (decided once, within the keep budget).
+        self.keeping: bool | None = None
+        self.deciding = threading.Lock()
 
     @property
     def checked(self) -> int:
@@ -119,6 +127,33 @@ class BlockChain:
                     self._state[k] = _UNCHECKED
             self._cond.notify_all()
 
+    def keep(self, start: int, buf: np.ndarray[Any, np.dtype[np.uint8]]) -> None:
+        """Keep output ``[start, start + len(buf))`` of checked pieces for the read of it."""
+        with self._cond:
+            if self.keeping:
+                self._kept[start] = buf
+
+    def take(self, start: int, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
+        """The kept output ``[start, start + nbytes)`` (given up here), or None."""
+        with self._cond:
+            buf = self._kept.get(start)
+            if buf is None or buf.nbytes != nbytes:
+                return None
+            del self._kept[start]
+            return buf
+
+    def holds(self) -> bool:
+        """Whether output is kept, or may be kept by reads to come (pieces unchecked)."""
+        with self._cond:
+            unchecked = any(state != _CHECKED for state in self._state)
+            return bool(self._kept) or bool(self.keeping and unchecked)
+
+    def drop(self) -> None:
+        """Let the kept output go and keep no more (the keep budget)."""
+        with self._cond:
+            self._kept.clear()
+            self.keeping = False
+
     def wait(self, hi: int) -> bool | None:
         """Wait until pieces ``[0, hi)`` passed (True), one failed (False), or one is
         unclaimed again (``None``: its reader gave up; the caller checks it)."""
@@ -137,8 +172,41 @@ class BlockChain:
             return None
 
 
+def read_blocks_array(
+    reader: RangeReader,
+    member: DeflatedMember,
+    slot: IndexSlot,
+    start: int,
+    nbytes: int,
+    *,
+    keep: bool = False,
+) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
+    """Output ``[start, start + nbytes)`` through the block index, as a new array: the
+    buffer an earlier read checked these pieces into, when one did (no copy), else a new
+    one (:func:`read_blocks`); None when the block index cannot be used."""
+    blocks = member.blocks
+    if blocks is None or not zblock.available():
+        return None
+    chain = slot.block_chain(lambda checked: _chain(reader, member, blocks, slot, checked))
+    if chain.broken:
+        return None
+    kept = chain.take(start, nbytes)
+    if kept is not None and chain.wait(blocks.span(start, start + nbytes)[0]):
+        return kept  # (the pieces before it passed: its bytes are the stream's)
+    buf = np.empty(nbytes, np.uint8)  # not zero-filled: all is written
+    if not read_blocks(reader, member, slot, start, memoryview(buf.data), keep=keep):
+        return None
+    return buf
+
+
 def read_blocks(
-    reader: RangeReader, member: DeflatedMember, slot: IndexSlot, start: int, out: memoryview
+    reader: RangeReader,
+    member: DeflatedMember,
+    slot: IndexSlot,
+    start: int,
+    out: memoryview,
+    *,
+    keep: bool = False,
 ) -> bool:
     """Fill ``out`` with output ``[start, start + len(out))`` through the block index.
 
@@ -149,7 +217,13 @@ def read_blocks(
     The read's own pieces come first (each inflated once, its check included, straight
     into ``out``); then the pieces before them that no other read has taken meanwhile are
     checked (their compressed bytes fetched in the background from the start, the pieces
-    checked on all cores), and those other reads are checking are waited for.
+    checked on all cores), and those other reads are checking are waited for. With
+    ``keep`` (the read is a chunk of a compute: the reads of the pieces before it are to
+    come, in whatever order the scheduler picks), within the keep budget
+    (:func:`npystore.read.memo.reserve`, the whole member reserved once), the pieces
+    checked here are inflated into buffers cut like this read (``len(out)`` bytes ending
+    at ``start``), kept for the reads of those ranges (:func:`read_blocks_array`): each
+    piece is inflated once.
 
     How many pieces passed is kept in the slot (it travels with pickled graphs) and, with
     an index cache directory, in a file beside the member's checkpoint index (the block
@@ -170,6 +244,10 @@ def read_blocks(
         return False
     stop = start + out.nbytes
     i, j = blocks.span(start, stop)
+    kept = chain.take(start, out.nbytes)
+    if kept is not None and chain.wait(i):
+        out[:] = kept.data
+        return True
     checked = chain.checked
     if checked < i:  # bytes of the pieces to check (or of those another read checks)
         coff = blocks.coffsets
@@ -182,10 +260,13 @@ def read_blocks(
             return False
         while True:
             # the pieces before that no read took meanwhile (an earlier chunk's read, come
-            # later, would inflate them with its data): checked here, their output summed
+            # later, would inflate them with its data): checked here
             before = chain.claim(0, i)
             checked_before = checked_before or bool(before)
-            if before and not _check(reader, member, blocks, chain, before):
+            cut = None
+            if before and keep and _keeping(member, slot, chain):
+                cut = (start, out.nbytes)
+            if before and not _check(reader, member, blocks, chain, before, cut):
                 return False
             settled = chain.wait(i)  # (None: a read checking some of them gave up)
             if settled is not None:
@@ -196,6 +277,18 @@ def read_blocks(
     if settled and (checked_before or chain.checked == len(blocks.usizes)):
         _persist(reader, member, blocks, slot, chain)
     return settled
+
+
+def _keeping(member: DeflatedMember, slot: IndexSlot, chain: BlockChain) -> bool:
+    """Whether checked output of this member may be kept: decided once, by reserving the
+    whole member in the keep budget."""
+    with chain.deciding:
+        if chain.keeping is None:
+            size = member.uncompressed_size
+            chain.keeping = memo.reserve(slot, size)
+            if chain.keeping:
+                memo.held(slot, size)
+        return chain.keeping
 
 
 def _cache_path(reader: RangeReader, member: DeflatedMember, cache_dir: str) -> str:
@@ -289,25 +382,56 @@ def _checkers() -> ThreadPoolExecutor:
         return _pool
 
 
+def _cut(
+    blocks: BlockIndex, pieces: list[int], anchor: int, unit: int
+) -> dict[int, tuple[int, int]]:
+    """Piece -> ``(lo, hi)``: the output ranges ``[anchor - (m + 1) * unit, anchor - m *
+    unit)`` that whole pieces of ``pieces`` tile exactly, and their pieces."""
+    uoff = blocks.uoffsets
+    at = {u: k for k, u in enumerate(uoff)}
+    mine = set(pieces)
+    lowest = uoff[min(pieces)]
+    spans: dict[int, tuple[int, int]] = {}
+    hi = anchor
+    while hi - unit >= lowest:
+        lo = hi - unit
+        a, b = at.get(lo), at.get(hi)
+        if a is not None and b is not None and all(k in mine for k in range(a, b)):
+            for k in range(a, b):
+                spans[k] = (lo, hi)
+        hi = lo
+    return spans
+
+
 def _check(
     reader: RangeReader,
     member: DeflatedMember,
     blocks: BlockIndex,
     chain: BlockChain,
     pieces: list[int],
+    cut: tuple[int, int] | None = None,
 ) -> bool:
-    """Check the claimed ``pieces`` (their output only summed); False when one fails.
+    """Check the claimed ``pieces``; False when one fails. Their output is only summed,
+    except, with ``cut`` (``(anchor, unit)``), that of the pieces tiling the ranges of
+    ``unit`` bytes ending at ``anchor``: inflated into a buffer per range, kept in the
+    chain once all its pieces passed (:meth:`BlockChain.keep`).
 
     The pieces go in groups of consecutive ones (at most :data:`CHECK_READ` compressed
     bytes, and enough groups for every core), each group's bytes read and its pieces
     checked by one of the checking threads, this one taking the first group; zlib runs
     without the interpreter lock, so the groups are checked in parallel.
     """
-    coff = blocks.coffsets
+    coff, uoff = blocks.coffsets, blocks.uoffsets
     total = sum(blocks.csizes[k] for k in pieces)
     cores = os.cpu_count() or 2
     groups = _groups(blocks, pieces, min(CHECK_READ, max(1, -(-total // (2 * cores)))))
     failed = threading.Event()
+    spans = {} if cut is None else _cut(blocks, pieces, *cut)
+    buffers = {lo: np.empty(hi - lo, np.uint8) for lo, hi in set(spans.values())}
+    left = dict.fromkeys(buffers, 0)
+    for lo, _ in spans.values():
+        left[lo] += 1
+    left_lock = threading.Lock()
 
     def run(group: list[int]) -> None:
         if failed.is_set():
@@ -318,11 +442,23 @@ def _check(
             if failed.is_set():
                 return
             piece = data[coff[k] - coff[lo] : coff[k + 1] - coff[lo]]
-            passed = _inflate_checked(blocks, k, piece, None, 0, 0)
+            span = spans.get(k)
+            if span is None:
+                passed = _inflate_checked(blocks, k, piece, None, 0, 0)
+            else:
+                view = memoryview(buffers[span[0]].data)
+                target = view[uoff[k] - span[0] : uoff[k + 1] - span[0]]
+                passed = _inflate_checked(blocks, k, piece, target, 0, blocks.usizes[k])
             chain.settle(k, passed=passed)
             if not passed:
                 failed.set()
                 return
+            if span is not None:
+                with left_lock:
+                    left[span[0]] -= 1
+                    done = left[span[0]] == 0
+                if done:
+                    chain.keep(span[0], buffers[span[0]])
 
     try:
         futures = [_checkers().submit(run, g) for g in groups[1:]]
@@ -352,7 +488,7 @@ def _read_own(
     (settling those this read claimed); False when one fails."""
     coff, uoff = blocks.coffsets, blocks.uoffsets
     stop = start + out.nbytes
-    data = memoryview(compressed_range(reader, member, coff[i], coff[j]))
+    data = memoryview(compressed_range(reader, member, coff[i], coff[j], read_ahead=True))
     mine = set(claimed)
     for k in range(i, j):
         piece = data[coff[k] - coff[i] : coff[k + 1] - coff[i]]

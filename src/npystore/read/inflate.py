@@ -24,7 +24,7 @@ import numpy as np
 from npystore.fetch import RangeReader
 from npystore.formats import deflate, zblock
 from npystore.read import memo
-from npystore.read.blocks import read_blocks
+from npystore.read.blocks import read_blocks, read_blocks_array
 from npystore.read.firstpass import FirstPass
 from npystore.read.index import (
     INDEX_SPACING,
@@ -81,6 +81,14 @@ def inflate_into(reader: RangeReader, member: DeflatedMember, out: memoryview) -
     check_full_pass(f"{reader.url}:{member.name}", member, member.uncompressed_size, crc, adler)
 
 
+def _compute_chunk(member: DeflatedMember, want: int) -> bool:
+    """Whether a read of ``want`` bytes looks like a chunk of a compute of the whole member
+    (at least 1/:data:`KEEP_SHARE` of a member of at most :data:`KEEP_MEMBER` bytes): the
+    reads of the rest are to come, and what is inflated ahead of them may be kept."""
+    size = member.uncompressed_size
+    return size <= KEEP_MEMBER and want * KEEP_SHARE >= size
+
+
 def _first_pass(
     reader: RangeReader, member: DeflatedMember, slot: IndexSlot, want: int
 ) -> FirstPass | None:
@@ -100,8 +108,7 @@ def _first_pass(
         return made
     size = member.uncompressed_size
     if (
-        size > KEEP_MEMBER
-        or want * KEEP_SHARE < size
+        not _compute_chunk(member, want)
         or member.compressed_size > memo.MEMO_MEMBER
         or not zblock.available()
     ):
@@ -127,7 +134,12 @@ def inflate_range_array(
     """Uncompressed bytes ``[start, start + nbytes)`` of a member as a new, writable array
     (see :func:`inflate_range_into`): a chunk of a first compute comes as the buffer the
     first pass inflated it into, without a copy."""
-    if member.blocks is None and slot.inflated() is None:
+    if slot.inflated() is None:
+        if member.blocks is not None:
+            keep = _compute_chunk(member, nbytes)
+            got = read_blocks_array(reader, member, slot, start, nbytes, keep=keep)
+            if got is not None:
+                return got
         first = _first_pass(reader, member, slot, nbytes)
         if first is not None:
             got = first.read(start, nbytes)
@@ -170,7 +182,9 @@ def inflate_range_into(
         return
     if slot.serve(start, out):
         return
-    if member.blocks is not None and read_blocks(reader, member, slot, start, out):
+    if member.blocks is not None and read_blocks(
+        reader, member, slot, start, out, keep=_compute_chunk(member, out.nbytes)
+    ):
         return
     first = _first_pass(reader, member, slot, out.nbytes)
     if first is not None:

@@ -23,6 +23,10 @@ class _Chain(Protocol):
     @property
     def checked(self) -> int: ...
 
+    def holds(self) -> bool: ...
+
+    def drop(self) -> None: ...
+
 
 class _Pass(Protocol):
     def holds(self) -> bool: ...
@@ -92,17 +96,22 @@ class IndexSlot:
             return made
 
     def holds(self) -> bool:
-        """Whether the slot holds inflated bytes for reads to come (kept whole, or by its
-        first pass)."""
-        first = self._pass
-        return self._inflated is not None or (first is not None and first.holds())
+        """Whether the slot holds inflated bytes for reads to come (kept whole, by its
+        first pass, or by its block chain)."""
+        first, chain = self._pass, self._chain
+        return (
+            self._inflated is not None
+            or (first is not None and first.holds())
+            or (chain is not None and chain.holds())
+        )
 
     def drop(self) -> None:
-        """Forget the kept output and stop the first pass (memory budget)."""
+        """Forget the kept output, stop the first pass, let the block chain's kept output
+        go (memory budget)."""
         self._inflated = None
-        first = self._pass
-        if first is not None:
-            first.drop()
+        for holder in (self._pass, self._chain):
+            if holder is not None:
+                holder.drop()
 
     def block_chain(self, make: Callable[[int], _C]) -> _C:
         """The member's block chain (:class:`npystore.read.blocks.BlockChain`), made once
