@@ -16,6 +16,7 @@ import npystore
 from npystore.formats import deflate, zblock
 from npystore.formats.zblock import PieceEnd
 from npystore.read import blocks as read_blocks
+from npystore.read import memo
 from npystore.read.blocks import BlockChain
 from npystore.read.slot import IndexSlot
 
@@ -110,6 +111,38 @@ def test_a_compute_on_threads_checks_each_block_and_records_the_chain(
     # the chain travels with a pickled slot (a dask graph to a worker)
     copy = pickle.loads(pickle.dumps(slot))
     assert copy.block_chain(lambda checked: BlockChain(count, checked)).checked == count
+
+
+def test_a_compute_inflates_each_block_once_in_any_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks aligned to the blocks, in the scheduler's order (dask starts in the middle
+    and goes backwards): a read that checks the blocks before it keeps their output for
+    the reads of those chunks (handed over as they are), so no block is inflated twice;
+    nothing is kept after."""
+    calls: list[int] = []
+    real = zblock.inflate_piece
+
+    def counted(piece: Any, limit: int, on_output: Any = None, **kw: Any) -> zblock.Piece:
+        calls.append(limit)
+        return real(piece, limit, on_output, **kw)
+
+    monkeypatch.setattr(zblock, "inflate_piece", counted)
+    a = np.arange(1_200_000, dtype="<i8") % 9973
+    path = tmp_path / "w.npz"
+    npystore.savez_compressed(str(path), a=a)
+    z = npystore.open_npz(str(path), index_cache=False, chunks=(2**17,))  # a block each
+    entry_blocks = z.archive.entries["a.npy"].blocks
+    assert entry_blocks is not None
+    assert set(entry_blocks.usizes[1:-1]) == {2**20}  # (block 0: the npy header alone)
+    with dask.config.set(scheduler="threads", num_workers=2):
+        got = z["a"].compute()
+    np.testing.assert_array_equal(got, a)
+    assert len(calls) == len(entry_blocks.usizes)
+    slot = z.archive.index_slot("a.npy")
+    assert slot is not None
+    assert not slot.holds()
+    assert memo.kept_bytes() == 0
 
 
 def test_a_slice_waits_for_the_blocks_another_read_is_checking() -> None:

@@ -84,6 +84,10 @@ class BlockChain:
         #: Output start -> buffer: pieces checked ahead of the read they belong to, their
         #: output kept until that read takes it (see :func:`read_blocks_array`).
         self._kept: dict[int, np.ndarray[Any, np.dtype[np.uint8]]] = {}
+        #: Output ranges reads inflated themselves (no output kept for them is read).
+        self._served: list[tuple[int, int]] = []
+        #: The largest read seen: kept output is cut in ranges of this size.
+        self.unit = 0
         #: Whether checked output may be kept (decided once, within the keep budget).
         self.keeping: bool | None = None
         self.deciding = threading.Lock()
@@ -128,10 +132,30 @@ class BlockChain:
             self._cond.notify_all()
 
     def keep(self, start: int, buf: np.ndarray[Any, np.dtype[np.uint8]]) -> None:
-        """Keep output ``[start, start + len(buf))`` of checked pieces for the read of it."""
+        """Keep output ``[start, start + len(buf))`` of checked pieces for the read of it
+        (unless a read of a range overlapping it was served already)."""
+        stop = start + buf.nbytes
+        with self._cond:
+            if self.keeping and not any(a < stop and start < b for a, b in self._served):
+                self._kept[start] = buf
+
+    def served(self, start: int, stop: int) -> None:
+        """A read inflated output ``[start, stop)`` itself: no output kept for it (now or
+        later) will be read."""
         with self._cond:
             if self.keeping:
-                self._kept[start] = buf
+                self._served.append((start, stop))
+                for a, buf in list(self._kept.items()):
+                    if a < stop and start < a + buf.nbytes:
+                        del self._kept[a]
+
+    def settle_wait(self, lo: int, hi: int) -> bool:
+        """Wait until no piece of ``[lo, hi)`` is being checked; whether all passed."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self.broken or all(s != _CHECKING for s in self._state[lo:hi])
+            )
+            return not self.broken and all(s == _CHECKED for s in self._state[lo:hi])
 
     def take(self, start: int, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
         """The kept output ``[start, start + nbytes)`` (given up here), or None."""
@@ -152,6 +176,7 @@ class BlockChain:
         """Let the kept output go and keep no more (the keep budget)."""
         with self._cond:
             self._kept.clear()
+            self._served.clear()
             self.keeping = False
 
     def wait(self, hi: int) -> bool | None:
@@ -182,21 +207,9 @@ def read_blocks_array(
     keep: bool = False,
 ) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
     """Output ``[start, start + nbytes)`` through the block index, as a new array: the
-    buffer an earlier read checked these pieces into, when one did (no copy), else a new
-    one (:func:`read_blocks`); None when the block index cannot be used."""
-    blocks = member.blocks
-    if blocks is None or not zblock.available():
-        return None
-    chain = slot.block_chain(lambda checked: _chain(reader, member, blocks, slot, checked))
-    if chain.broken:
-        return None
-    kept = chain.take(start, nbytes)
-    if kept is not None and chain.wait(blocks.span(start, start + nbytes)[0]):
-        return kept  # (the pieces before it passed: its bytes are the stream's)
-    buf = np.empty(nbytes, np.uint8)  # not zero-filled: all is written
-    if not read_blocks(reader, member, slot, start, memoryview(buf.data), keep=keep):
-        return None
-    return buf
+    buffer another read checked these pieces into, when one did (no copy), else a new one
+    (see :func:`read_blocks`); None when the block index cannot be used."""
+    return _read(reader, member, slot, start, nbytes, None, keep=keep)
 
 
 def read_blocks(
@@ -221,9 +234,10 @@ def read_blocks(
     ``keep`` (the read is a chunk of a compute: the reads of the pieces before it are to
     come, in whatever order the scheduler picks), within the keep budget
     (:func:`npystore.read.memo.reserve`, the whole member reserved once), the pieces
-    checked here are inflated into buffers cut like this read (``len(out)`` bytes ending
-    at ``start``), kept for the reads of those ranges (:func:`read_blocks_array`): each
-    piece is inflated once.
+    checked here are inflated into buffers cut like the reads (of the largest size seen,
+    ending at ``start``), kept for the reads of those ranges (:func:`read_blocks_array`; a read
+    whose pieces are all being checked by another read waits for them): each piece is
+    inflated once.
 
     How many pieces passed is kept in the slot (it travels with pickled graphs) and, with
     an index cache directory, in a file beside the member's checkpoint index (the block
@@ -236,28 +250,53 @@ def read_blocks(
     FetchError
         The compressed bytes could not be read.
     """
+    got = _read(reader, member, slot, start, out.nbytes, out, keep=keep)
+    if got is None:
+        return False
+    if got.ctypes.data != np.frombuffer(out, np.uint8).ctypes.data:
+        out[:] = got.data  # a kept buffer
+    return True
+
+
+def _read(
+    reader: RangeReader,
+    member: DeflatedMember,
+    slot: IndexSlot,
+    start: int,
+    nbytes: int,
+    out: memoryview | None,
+    *,
+    keep: bool,
+) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
+    """:func:`read_blocks` into ``out`` (or a new buffer); the bytes, or None."""
     blocks = member.blocks
     if blocks is None or not zblock.available():
-        return False
+        return None
     chain = slot.block_chain(lambda checked: _chain(reader, member, blocks, slot, checked))
     if chain.broken:
-        return False
-    stop = start + out.nbytes
+        return None
+    stop = start + nbytes
     i, j = blocks.span(start, stop)
-    kept = chain.take(start, out.nbytes)
-    if kept is not None and chain.wait(i):
-        out[:] = kept.data
-        return True
+    chain.unit = max(chain.unit, nbytes)
+    kept = _take(chain, start, nbytes, i)
+    if kept is not None:
+        return kept
     checked = chain.checked
     if checked < i:  # bytes of the pieces to check (or of those another read checks)
         coff = blocks.coffsets
         memo.prefetch(reader, member, coff[checked], coff[i])
     own = chain.claim(i, j)
+    if not own and chain.keeping and chain.settle_wait(i, j):
+        kept = _take(chain, start, nbytes, i)  # another read checked them: kept for us?
+        if kept is not None:
+            return kept
+    buf = np.empty(nbytes, np.uint8) if out is None else np.frombuffer(out, np.uint8)
     before: list[int] = []
     checked_before = False
     try:
-        if not _read_own(reader, member, blocks, chain, own, i, j, start, out):
-            return False
+        if not _read_own(reader, member, blocks, chain, own, i, j, start, memoryview(buf.data)):
+            return None
+        chain.served(start, stop)
         while True:
             # the pieces before that no read took meanwhile (an earlier chunk's read, come
             # later, would inflate them with its data): checked here
@@ -265,9 +304,9 @@ def read_blocks(
             checked_before = checked_before or bool(before)
             cut = None
             if before and keep and _keeping(member, slot, chain):
-                cut = (start, out.nbytes)
+                cut = (start, chain.unit)  # (the largest read: the last chunk is smaller)
             if before and not _check(reader, member, blocks, chain, before, cut):
-                return False
+                return None
             settled = chain.wait(i)  # (None: a read checking some of them gave up)
             if settled is not None:
                 break
@@ -276,7 +315,19 @@ def read_blocks(
         raise
     if settled and (checked_before or chain.checked == len(blocks.usizes)):
         _persist(reader, member, blocks, slot, chain)
-    return settled
+    return buf if settled else None
+
+
+def _take(
+    chain: BlockChain, start: int, nbytes: int, first: int
+) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
+    """The kept output ``[start, start + nbytes)``, once every piece before its first
+    (``first``) passed; None when none is kept, or when not all of those passed (it is
+    then read again)."""
+    kept = chain.take(start, nbytes)
+    if kept is None or not chain.wait(first):
+        return None
+    return kept
 
 
 def _keeping(member: DeflatedMember, slot: IndexSlot, chain: BlockChain) -> bool:
@@ -449,16 +500,16 @@ def _check(
                 view = memoryview(buffers[span[0]].data)
                 target = view[uoff[k] - span[0] : uoff[k + 1] - span[0]]
                 passed = _inflate_checked(blocks, k, piece, target, 0, blocks.usizes[k])
+            if passed and span is not None:
+                with left_lock:
+                    left[span[0]] -= 1
+                    done = left[span[0]] == 0
+                if done:  # (kept before its last piece settles: its read waits for that)
+                    chain.keep(span[0], buffers[span[0]])
             chain.settle(k, passed=passed)
             if not passed:
                 failed.set()
                 return
-            if span is not None:
-                with left_lock:
-                    left[span[0]] -= 1
-                    done = left[span[0]] == 0
-                if done:
-                    chain.keep(span[0], buffers[span[0]])
 
     try:
         futures = [_checkers().submit(run, g) for g in groups[1:]]
