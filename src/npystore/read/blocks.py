@@ -231,8 +231,9 @@ def read_blocks(
     into ``out``); then the pieces before them that no other read has taken meanwhile are
     checked (their compressed bytes fetched in the background from the start, the pieces
     checked on all cores), and those other reads are checking are waited for. With
-    ``keep`` (the read is a chunk of a compute: the reads of the pieces before it are to
-    come, in whatever order the scheduler picks), within the keep budget
+    ``keep`` (the read is a chunk of a compute: the reads of the rest of the member are to
+    come, in whatever order the scheduler picks), all the member's compressed bytes are
+    fetched in the background, and within the keep budget
     (:func:`npystore.read.memo.reserve`, the whole member reserved once), the pieces
     checked here are inflated into buffers cut like the reads (of the largest size seen,
     ending at ``start``), kept for the reads of those ranges (:func:`read_blocks_array`; a read
@@ -282,7 +283,9 @@ def _read(
     if kept is not None:
         return kept
     checked = chain.checked
-    if checked < i:  # bytes of the pieces to check (or of those another read checks)
+    if keep:  # a chunk of a compute: the reads of all the rest are to come
+        memo.prefetch(reader, member, 0, member.compressed_size)
+    elif checked < i:  # bytes of the pieces to check (or of those another read checks)
         coff = blocks.coffsets
         memo.prefetch(reader, member, coff[checked], coff[i])
     own = chain.claim(i, j)
@@ -539,7 +542,7 @@ def _read_own(
     (settling those this read claimed); False when one fails."""
     coff, uoff = blocks.coffsets, blocks.uoffsets
     stop = start + out.nbytes
-    data = memoryview(compressed_range(reader, member, coff[i], coff[j], read_ahead=True))
+    data = memoryview(compressed_range(reader, member, coff[i], coff[j]))
     mine = set(claimed)
     for k in range(i, j):
         piece = data[coff[k] - coff[i] : coff[k + 1] - coff[i]]
