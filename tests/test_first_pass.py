@@ -191,13 +191,3 @@ def test_a_read_waits_only_for_the_parts_of_its_range(
     release.set()
     got = inflate.inflate_range_array(reader, member, slot, at, 8 * ROWS)
     np.testing.assert_array_equal(got.view("<f8"), a)
-
-
-def test_buffers_are_faulted_in_without_changing_them() -> None:
-    """Faulting in (``MADV_POPULATE_WRITE``) writes nothing: bytes already written stay."""
-    buf = np.empty(3 * 2**20 + 5, np.uint8)
-    buf[::4096] = 7
-    buf[-1] = 9
-    firstpass._prefault([buf])
-    assert (buf[::4096] == 7).all()
-    assert buf[-1] == 9

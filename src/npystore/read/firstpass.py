@@ -17,9 +17,6 @@ A deflate stream can only be inflated from its start, so the chunk reads share o
 - the compressed bytes are fetched in parts all in flight together
   (:func:`npystore.read.memo.compressed_range`), and inflating starts when the first part
   arrived, not when the last did;
-- the buffers are faulted in on another thread (``MADV_POPULATE_WRITE``) before the stream
-  reaches them: on a virtual machine, first touches of fresh memory cost about as much as
-  inflating into it;
 - the pass places a checkpoint at a deflate block boundary every
   :data:`~npystore.read.index.INDEX_SPACING` output bytes (zlib's ``Z_BLOCK``,
   :class:`~npystore.formats.zblock.Inflater`), and once the stream ended with the declared
@@ -37,12 +34,8 @@ the caller reads through the index instead. The kept pieces count against the ke
 
 from __future__ import annotations
 
-import ctypes
-import mmap
-import sys
 import threading
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 import numpy as np
@@ -122,7 +115,6 @@ class FirstPass:
         stop = start + nbytes
         with self._cond:
             self._unit = max(self._unit, nbytes)
-            out: np.ndarray[Any, np.dtype[np.uint8]] | None = None
             while True:
                 if self._error is not None:
                     raise FormatError(str(self._error))
@@ -134,12 +126,10 @@ class FirstPass:
                 if not self._driving:
                     self._driving = True
                     break
-                if out is None:  # (the range may come as a piece: then it is not used)
-                    out = _new_buffer(nbytes)
                 self._cond.wait()
             pos = self._pos
         try:
-            return self._drive(pos, start, stop, out)
+            return self._drive(pos, start, stop)
         except FormatError as exc:
             with self._cond:
                 self._error = exc
@@ -224,23 +214,14 @@ class FirstPass:
 
     # -- the driver --------------------------------------------------------------------
 
-    def _drive(
-        self,
-        pos: int,
-        start: int,
-        stop: int,
-        out: np.ndarray[Any, np.dtype[np.uint8]] | None,
-    ) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    def _drive(self, pos: int, start: int, stop: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
         """Inflate from ``pos`` through ``[start, stop)``: the pieces before it kept, the
-        range into ``out`` (or a new buffer), on to the end when ``stop`` is near it."""
+        range into a new buffer (returned), on to the end when ``stop`` is near it."""
         size = self._member.uncompressed_size
-        cuts = self._cuts(pos, start)
-        own = out if out is not None else _new_buffer(stop - start)
-        buffers = [_new_buffer(b - a) for a, b in cuts] + [own]
-        _prefault_later(buffers)  # (the stream fills them in this order)
         if self._inflater is None:
             self._inflater = zblock.Inflater()
-        for (a, _), buf in zip(cuts, buffers, strict=False):
+        for a, b in self._cuts(pos, start):
+            buf = _new_buffer(b - a)
             self._fill(memoryview(buf.data))
             with self._cond:
                 if self._state == _RUNNING:
@@ -248,6 +229,7 @@ class FirstPass:
                     self._unread += buf.nbytes
                 self._pos = self._pos_now()
                 self._cond.notify_all()
+        own = _new_buffer(stop - start)
         self._fill(memoryview(own.data))
         with self._cond:
             self._pos = self._pos_now()
@@ -381,48 +363,3 @@ _CALL: Final = 256 * 2**10
 def _new_buffer(nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
     """A new, writable buffer (not zero-filled: every byte is written)."""
     return np.empty(nbytes, np.uint8)
-
-
-# -- faulting buffers in ahead of the stream ---------------------------------------------
-
-_MADV_POPULATE_WRITE: Final = 23  # Linux 5.14
-_madvise: Any = None
-_prefaulter: ThreadPoolExecutor | None = None
-_prefault_lock = threading.Lock()
-
-
-def _prefault_later(buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> None:
-    """Fault the pages of ``buffers`` in on a background thread, in order, without writing
-    them (``MADV_POPULATE_WRITE``: safe while the stream writes into them); nothing where
-    the system cannot (not Linux, an older kernel)."""
-    global _madvise, _prefaulter  # noqa: PLW0603 - made on first use
-    if not sys.platform.startswith("linux"):
-        return
-    with _prefault_lock:
-        if _madvise is None:
-            try:
-                libc = ctypes.CDLL(None, use_errno=True)
-                fn = libc.madvise
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-                fn.restype = ctypes.c_int
-                _madvise = fn
-            except (OSError, AttributeError):
-                _madvise = False
-        if _madvise is False:
-            return
-        if _prefaulter is None:
-            _prefaulter = ThreadPoolExecutor(1, thread_name_prefix="npystore-prefault")
-        pool = _prefaulter
-    pool.submit(_prefault, buffers)
-
-
-def _prefault(buffers: list[np.ndarray[Any, np.dtype[np.uint8]]]) -> None:
-    global _madvise  # noqa: PLW0603 - dropped when the kernel refuses
-    page = mmap.PAGESIZE
-    for buf in buffers:
-        addr = buf.ctypes.data
-        lo = -(-addr // page) * page
-        hi = (addr + buf.nbytes) // page * page
-        if hi > lo and _madvise and _madvise(lo, hi - lo, _MADV_POPULATE_WRITE) != 0:
-            _madvise = False  # EINVAL: the kernel does not know it
-            return
