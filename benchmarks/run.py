@@ -11,13 +11,20 @@ rows run each side in a fresh subprocess (``_rss_probe.py``), alternating the sa
 
 ``--only NAME[,NAME]`` reruns some scenarios: ``npy-load``, ``npy-dask`` (local ``.npy``),
 ``npz-load``, ``npz-slice``, ``npz-rss`` (a ``savez_compressed``-style deflated member),
-``mat73-load``, ``mat73-s3`` (a MATLAB v7.3 variable, local and on loopback S3 + 30 ms),
-``mat-small-cell``, ``mat-small-struct``, ``mat-small-v73``, ``mat-many-vars`` (MAT-files of
-many small elements or variables: ``mat_small.py``), ``cloud-npy``, ``cloud-mat73``,
+``import``, ``load-small``, ``info``, ``cat`` (first use in a fresh interpreter:
+``startup.py``), ``mat73-load``, ``mat73-s3`` (a MATLAB v7.3 variable, local and on
+loopback S3 + 30 ms), ``mat-small-cell``, ``mat-small-struct``, ``mat-small-v73``,
+``mat-many-vars``, ``mat-v73-shared`` (MAT-files of many small elements or variables),
+``mat-corpus-v5``, ``mat-corpus-v73``, ``mat-first-v5``, ``mat-first-v73`` (small real
+files: ``mat_small.py``), ``zarr-many-open``, ``zarr-many-list`` (the Zarr store over
+50,000 tiny members: ``zarr_many.py``), ``cloud-npy``, ``cloud-mat73``,
 ``cloud-mat73-matlab``, ``cloud-npz``, ``cloud-sweep`` (the cloud model, 30 ms and 40 MiB/s
-per connection: ``cloud.py``; ``cloud`` names all five), ``write-npz-local``,
-``write-s3-cloud``, ``write-s3-cloud10``, ``write-rss`` (the writers: ``write.py``; ``write``
-names all four).
+per connection: ``cloud.py``), ``cloud-gcs-npy``, ``cloud-azure-npy``, ``cloud-distributed``
+(the same model on GCS, Azure and SeaweedFS: ``stores.py``; ``stores`` names these three,
+``cloud`` all eight: they share one section, which a run rewrites whole),
+``write-npy-local``, ``write-npz-local``, ``write-s3-cloud``, ``write-s3-cloud10``,
+``write-rss`` (the writers: ``write.py``; ``write`` names all five), ``many-open``,
+``many-read``, ``many-sum`` (datasets of many files: ``many.py``; ``many`` names all three).
 
 RESULTS.md has one section per group of rows (the main table, the cloud model, its sweep,
 the writers),
@@ -52,10 +59,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the helper modules next to this script
 
 import cloud  # noqa: E402
+import many  # noqa: E402
 import mat_small  # noqa: E402
 import remote  # noqa: E402
 import startup  # noqa: E402
+import stores  # noqa: E402
 import write  # noqa: E402
+import zarr_many  # noqa: E402
 from _common import (  # noqa: E402
     LATENCY,
     Row,
@@ -509,6 +519,10 @@ SECTIONS: dict[str, Callable[[list[Row], bool], list[str]]] = {
         *write.section_intro(quick, _machine(), _versions()),
         *_table(rows),
     ],
+    many.SECTION: lambda rows, quick: [
+        *many.section_intro(quick, _machine(), _versions()),
+        *_table(rows),
+    ],
 }
 _MARKED = re.compile(r"<!-- section: (\S+) -->\n(.*?)\n<!-- end section: \1 -->", re.S)
 _FINDINGS = "## Findings (profiling notes"
@@ -552,13 +566,23 @@ SCENARIOS: dict[str, tuple[Callable[[Path, int, int], Row | list[Row]], int, int
     "s3-npy-slices": (remote.bench_s3_npy_slices, 1024, 64),
     "s3-npz-open": (remote.bench_s3_npz_open, 0, 0),
     "import": (startup.bench_import, 0, 0),
+    "load-small": (startup.bench_load, 0, 0),
     "info": (startup.bench_info, 0, 0),
+    "cat": (startup.bench_cat, 0, 0),
     **mat_small.SCENARIOS,
     **cloud.SCENARIOS,
+    **stores.SCENARIOS,
     **write.SCENARIOS,
+    **zarr_many.SCENARIOS,
+    **many.SCENARIOS,
 }
 #: Names for groups of scenarios in ``--only``.
-GROUPS = {"cloud": list(cloud.SCENARIOS), "write": list(write.SCENARIOS)}
+GROUPS = {
+    "cloud": [*cloud.SCENARIOS, *stores.SCENARIOS],  # one section of RESULTS.md
+    "stores": list(stores.SCENARIOS),
+    "write": list(write.SCENARIOS),
+    "many": list(many.SCENARIOS),
+}
 
 
 def main(argv: list[str] | None = None) -> int:

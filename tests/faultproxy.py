@@ -14,10 +14,17 @@ random generator:
   ``trickle_seconds`` (each socket read stays inside any read timeout, the body never ends
   in time);
 - ``"stall"``: relay the head and half the body, then nothing until the client gives up.
+- ``"crowd"``: a server that serves its requests one at a time (as moto copies a whole
+  object for each range): the request waits ``crowd_seconds`` times the number of
+  ``"crowd"`` requests in flight (itself included) before it is forwarded, and a request
+  the client gave up on still takes its time.
 
 ``ignore_pins=True`` makes the server behind the proxy one that ignores pins, as rclone's
 ``serve s3`` ignores ``If-Match``: every request loses its ``If-Match`` header and its
-``versionId`` query parameter before the server sees it (whatever ``rate`` says).
+``versionId`` (S3, Azure) and ``generation`` (GCS) query parameters before the server sees
+it (whatever ``rate`` says).
+
+A ranged GET is one with a ``Range`` (or Azure's ``x-ms-range``) header.
 
 Other requests (HEAD, PUT, listings) pass unchanged. ``counts`` tallies requests and faults.
 Runs its own event loop in a daemon thread; use it as a context manager.
@@ -44,11 +51,12 @@ _503 = (
 ) + _SLOW_DOWN
 _METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")
 _IF_MATCH = re.compile(rb"\r\nif-match:[^\r]*", re.IGNORECASE)
-_VERSION_ID = re.compile(rb"([?&])versionId=[^&\s]*&?")
+_VERSION_ID = re.compile(rb"([?&])(?:versionId|versionid|generation)=[^&\s]*&?")
 
 
 def strip_pins(data: bytes) -> bytes:
-    """A request without its ``If-Match`` header and ``versionId`` query parameter."""
+    """A request without its ``If-Match`` header and its ``versionId``/``generation``
+    query parameters."""
     end = data.find(b"\r\n\r\n")
     if end < 0:
         return data
@@ -70,6 +78,7 @@ class FaultProxy:
         faults: Sequence[str] = ("503", "drop", "slow", "short"),
         slow_seconds: float = 0.2,
         trickle_seconds: float = 0.2,
+        crowd_seconds: float = 0.05,
         ignore_pins: bool = False,
         seed: int = 0,
     ) -> None:
@@ -79,6 +88,10 @@ class FaultProxy:
         self.faults = tuple(faults)
         self.slow_seconds = slow_seconds
         self.trickle_seconds = trickle_seconds
+        self.crowd_seconds = crowd_seconds
+        #: ``"crowd"`` requests in flight now, and the most at once.
+        self.crowd = 0
+        self.crowd_most = 0
         self.ignore_pins = ignore_pins
         self.rng = random.Random(seed)
         self.counts: Counter[str] = Counter()
@@ -115,7 +128,10 @@ class FaultProxy:
     def _draw(self, head: bytes) -> str:
         with self._lock:
             self.counts["requests"] += 1
-            ranged = head.startswith(b"GET ") and b"\r\nrange:" in head.lower()
+            lowered = head.lower()
+            ranged = head.startswith(b"GET ") and (
+                b"\r\nrange:" in lowered or b"\r\nx-ms-range:" in lowered
+            )
             if not ranged or self.rng.random() >= self.rate:
                 return "ok"
             fault = self.rng.choice(self.faults)
@@ -176,6 +192,22 @@ class FaultProxy:
             await writer.drain()
         raise ConnectionResetError("trickled response sent")
 
+    async def _crowded(self) -> None:
+        """Wait as a server serving every ``"crowd"`` request in flight, one at a time."""
+        with self._lock:
+            self.crowd += 1
+            self.crowd_most = max(self.crowd_most, self.crowd)
+            wait = self.crowd_seconds * self.crowd
+
+        async def serve() -> None:  # the server works on, even if the client gave up
+            try:
+                await asyncio.sleep(wait)
+            finally:
+                with self._lock:
+                    self.crowd -= 1
+
+        await asyncio.shield(asyncio.ensure_future(serve()))
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
@@ -197,6 +229,8 @@ class FaultProxy:
                         raise ConnectionResetError("503 injected")
                     if fault == "slow":
                         await asyncio.sleep(self.slow_seconds)
+                    if fault == "crowd":
+                        await self._crowded()
                 up_writer.write(data)
                 await up_writer.drain()
 

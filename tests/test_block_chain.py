@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import npystore
-from npystore.formats import deflate, zblock
+from npystore.formats import deflate_write, zblock
 from npystore.formats.zblock import PieceEnd
 from npystore.read import blocks as read_blocks
 from npystore.read import memo
@@ -35,8 +35,8 @@ def _end(piece: bytes, limit: int = 10**8) -> tuple[int, PieceEnd, str | None]:
 
 def test_where_a_piece_ends() -> None:
     data = _data()
-    block = deflate.deflate_block(data, final=False)  # ends with a full flush
-    last = deflate.deflate_block(data, final=True)
+    block = deflate_write.deflate_block(data, final=False)  # ends with a full flush
+    last = deflate_write.deflate_block(data, final=True)
     n = len(data)
     assert _end(block) == (n, PieceEnd.BOUNDARY, None)
     assert _end(last) == (n, PieceEnd.END, None)
@@ -57,7 +57,7 @@ def test_where_a_piece_ends() -> None:
 
 def test_output_comes_in_bounded_steps() -> None:
     data = bytes(5 * zblock.STEP + 7)
-    piece = deflate.deflate_block(data, final=True)
+    piece = deflate_write.deflate_block(data, final=True)
     sizes: list[int] = []
     got = zblock.inflate_piece(piece, len(data), lambda chunk: sizes.append(chunk.nbytes))
     assert (got.produced, got.end) == (len(data), PieceEnd.END)

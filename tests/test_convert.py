@@ -23,6 +23,7 @@ import pytest
 import scipy.io as sio
 import scipy.sparse as sp
 import zarr
+from zarr.core.dtype import parse_data_type
 
 import npystore
 from npystore.tools import cli, convert
@@ -239,7 +240,12 @@ def test_npz(
     else:
         assert compressors == [codec]
     assert_same_tree(group, str(src))
-    assert "UTF32" in err  # zarr's warning about the unspecified v3 string type, on one line
+    # zarr 3.1 warns that its fixed-length string type has no v3 spec (zarr 3.4 does not):
+    # convert reports zarr's warnings on one line each
+    with warnings.catch_warnings(record=True) as zarr_warned:
+        warnings.simplefilter("always")
+        parse_data_type(np.dtype("<U5"), zarr_format=3).to_json(zarr_format=3)
+    assert ("UTF32" in err) is bool(zarr_warned)
     assert "Traceback" not in err
     assert "v3_unstable_dtype_warning" not in err
 

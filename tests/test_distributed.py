@@ -195,3 +195,24 @@ def test_mat_v73_chunked_deflate(client: Any, files: Files) -> None:
     fine = npystore.open_mat(str(files.v73), chunks=(64, 50))["x"]
     assert fine.npartitions == 4 * 24
     _check(client, {"x": fine}, {"x": oracle["x"]})
+
+
+def test_npy_read_and_written_by_workers_on_seaweedfs(client: Any, seaweed: Any) -> None:
+    """Two worker processes read a .npy from SeaweedFS (each its own filesystem and
+    connections, the reader rebuilt from its pickle) and write one back (each uploading
+    its own parts): both equal to numpy."""
+    import io
+
+    a = np.random.default_rng(5).standard_normal((3000, 200))
+    buf = io.BytesIO()
+    np.save(buf, a)
+    url = seaweed.put_bytes(buf.getvalue(), "a.npy")
+    opts = seaweed.storage_options
+    lazy = npystore.open_npy(url, chunks=(300, 200), storage_options=opts)
+    got = client.compute(lazy, sync=True)
+    _same(got, a)
+    where = client.run(lambda: __import__("os").getpid())
+    assert len(set(where.values())) == 2  # two processes
+    with dask.config.set(scheduler=client.get):
+        npystore.save(seaweed.url("b.npy"), lazy * 2, storage_options=opts)
+    _same(npystore.load(seaweed.url("b.npy"), storage_options=opts), a * 2)

@@ -174,7 +174,7 @@ def test_a_file_changed_under_an_open_array(tmp_path: Path) -> None:
     [
         (open, TypeError, r"open in text mode; open it in binary mode"),
         (lambda p: 42, TypeError, r"expected a path, a URL or a binary file object"),
-        (lambda p: [b"\x93NUMPY"], TypeError, r"got list"),
+        (lambda p: [b"\x93NUMPY"], TypeError, r"expected URLs \(str or path\), got bytes"),
     ],
 )
 def test_what_is_not_a_binary_file_object(

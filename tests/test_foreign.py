@@ -295,7 +295,8 @@ def test_known_protocol_without_its_package(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(
         MissingDependencyError,
         match=r"^gcs://b/k\.npy: the gcs:// protocol needs gcsfs, which is not installed or "
-        r"cannot be imported \(ImportError: .*\); install it with: pip install gcsfs$",
+        r"cannot be imported \(ImportError: .*\); install it with: pip install "
+        r"'npystore\[gcs\]'$",
     ) as info:
         npystore.open_npy("gcs://b/k.npy")
     assert isinstance(info.value, ImportError)

@@ -254,3 +254,102 @@ def test_unsupported_filters_are_named(fid: int, name: str) -> None:
     data = bytes(range(16))
     got = decode_chunk(shuffle_reference(data, 8), pipeline, 0b10, itemsize=8, nbytes=16, source="")
     assert got == data
+
+
+# ------------------------------------------------------- numcodecs' kernels (read/chunked)
+
+
+def numcodecs_kernels() -> Any:
+    from npystore.read import chunked
+
+    numcodecs = pytest.importorskip("numcodecs")
+    return chunked._Numcodecs(numcodecs.Fletcher32, numcodecs.Shuffle)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.binary(min_size=0, max_size=5000),
+    st.sampled_from([1, 2, 3, 4, 8, 16]),
+    st.sampled_from(["shuffle", "fletcher32", "shuffle+fletcher32", "all"]),
+    st.sampled_from(["good", "swapped", "bad"]),
+)
+def test_numcodecs_kernels_decode_as_numpy_does(
+    body: bytes, size: int, pipeline: str, checksum: str
+) -> None:
+    """numcodecs' Fletcher-32 and unshuffle give the same bytes and the same refusals as
+    the numpy ones (odd lengths, trailing bytes, HDF5 1.6.2's swapped checksum, mismatches)."""
+    kernels = numcodecs_kernels()
+    filters: list[Filter] = []
+    data = body
+    if pipeline in ("shuffle", "shuffle+fletcher32", "all"):
+        filters.append(shuffle_filter(size))
+        data = shuffle_reference(data, size)
+    if pipeline == "all":
+        filters.append(DEFLATE)
+        data = zlib.compress(data)
+    if pipeline != "shuffle":
+        filters.append(FLETCHER)
+        c = fletcher32_reference(data)
+        if checksum == "swapped":
+            c = ((c & 0x00FF00FF) << 8) | ((c >> 8) & 0x00FF00FF)
+        elif checksum == "bad":
+            c ^= 0x10001
+        data += c.to_bytes(4, "little")
+    outcomes = []
+    for with_kernels in (None, kernels):
+        try:
+            got = decode_chunk(
+                data, filters, 0, itemsize=size, nbytes=len(body), source="s",
+                kernels=with_kernels,
+            )  # fmt: skip
+        except FormatError as exc:
+            outcomes.append(("error", str(exc)))
+        else:
+            outcomes.append(("ok", bytes(got)))
+    assert outcomes[0] == outcomes[1]
+    if pipeline == "shuffle" or checksum != "bad":
+        assert outcomes[1] == ("ok", body)
+    else:
+        assert outcomes[1][0] == "error"
+        assert "fletcher32 checksum mismatch" in outcomes[1][1]
+
+
+def test_large_reads_use_numcodecs_kernels_small_ones_numpys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that decodes FAST_FILTERS_MIN bytes or more of shuffled, Fletcher-32 chunks
+    uses numcodecs' kernels; the values equal h5py's either way."""
+    from types import SimpleNamespace
+
+    from npystore.fetch import open_reader
+    from npystore.files.mat.hdf5 import dataset_layout
+    from npystore.read import chunked
+    from npystore.read.access import LayoutArray
+
+    numcodecs_kernels()
+    path = tmp_path / "f.h5"
+    data = RNG.standard_normal((300, 200))
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=data, chunks=(50, 40), shuffle=True, fletcher32=True,
+                         compression="gzip")  # fmt: skip
+    used: list[Any] = []
+    decode = chunked.decode_chunk
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        used.append(kw.get("kernels"))
+        return decode(*args, **kw)
+
+    monkeypatch.setattr(chunked, "decode_chunk", spy)
+    reader = open_reader(str(path))
+    with h5py.File(path, "r") as f:
+        layout = dataset_layout(f["x"], reader, source="x")
+    array = LayoutArray(reader, layout, source="x")
+    monkeypatch.setattr(chunked, "sys", SimpleNamespace(modules={}))  # none imported yet
+    np.testing.assert_array_equal(array.read(), data)
+    assert used
+    assert all(k is None for k in used)  # 480 kB: numpy's kernels, numcodecs not imported
+    used.clear()
+    monkeypatch.setattr(chunked, "FAST_FILTERS_MIN", data.nbytes)
+    np.testing.assert_array_equal(array.read(), data)
+    assert used
+    assert all(isinstance(k, chunked._Numcodecs) for k in used)

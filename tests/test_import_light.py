@@ -10,10 +10,13 @@ from pathlib import Path
 import numpy as np
 
 HEAVY = ("dask", "zarr", "scipy", "h5py", "xarray", "aiohttp", "pandas", "s3fs", "botocore")
+#: What reading a small local file must not import either: fsspec (and the asyncio its
+#: remote backends bring) cost more than reading the file.
+REMOTE = ("fsspec", "asyncio", "ssl")
 
 
-def _loaded_after(code: str) -> list[str]:
-    probe = f"{code}\nimport sys\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules))\n"
+def _loaded_after(code: str, modules: tuple[str, ...] = HEAVY) -> list[str]:
+    probe = f"{code}\nimport sys\nprint(' '.join(m for m in {modules!r} if m in sys.modules))\n"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     return out.stdout.split("\n")[-2].split()
 
@@ -73,3 +76,57 @@ def test_info_of_an_npy_file_loads_no_other_format(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_load_read_header_cat_info_of_small_local_files_load_no_heavy_library(
+    tmp_path: Path,
+) -> None:
+    """issue 26 item 1: load, read_header, ``cat`` and ``info`` of a small local file import
+    neither dask (nor xarray, pandas ... through it) nor fsspec."""
+    np.save(tmp_path / "a.npy", np.arange(10))
+    np.savez(tmp_path / "b.npz", x=np.arange(3), y=np.ones((2, 2)))
+    np.savez_compressed(tmp_path / "c.npz", x=np.arange(3))
+    a, b, c = (str(tmp_path / n) for n in ("a.npy", "b.npz", "c.npz"))
+    code = (
+        "import contextlib, io, npystore\n"
+        "from npystore.tools.cli import main\n"
+        f"assert npystore.load({a!r})[3] == 3\n"
+        f"assert npystore.read_header({a!r}).shape == (10,)\n"
+        f"with npystore.load({b!r}) as z:\n    assert z['y'].sum() == 4\n"
+        f"with npystore.load({c!r}) as z:\n    assert z['x'][2] == 2\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        f"    assert main(['cat', {a!r}, '--slice', '2:4']) == 0\n"
+        f"    assert main(['cat', {b + ':y'!r}]) == 0\n"
+        f"    assert main(['cat', {c!r}]) == 0\n"
+        f"    assert main(['info', {a!r}]) == 0\n"
+        f"    assert main(['info', {b!r}]) == 0\n"
+        "want = '[2 3]\\n[[1. 1.]\\n [1. 1.]]\\n[0 1 2]\\n'\n"
+        "assert out.getvalue().startswith(want), out.getvalue()\n"
+    )
+    assert _loaded_after(code, HEAVY + REMOTE) == []
+
+
+def test_dir_lists_the_public_names_only() -> None:
+    """issue 26 item 22: no ``Any``, ``TYPE_CHECKING``, ``sys`` ... in ``dir(npystore)``."""
+    import npystore
+
+    assert dir(npystore) == sorted(npystore.__all__)
+    for helper in ("Any", "TYPE_CHECKING", "annotations", "importlib", "sys", "warnings"):
+        assert helper not in dir(npystore)
+
+
+def test_open_and_load_are_typed() -> None:
+    """issue 26 item 22: ``open`` and ``load`` say what they return (not ``Any``)."""
+    import inspect
+    import typing
+
+    import npystore
+
+    # load: an array or an archive; with allow_pickle=True also whatever a pickle holds
+    plain, pickles = typing.get_overloads(npystore.load)
+    assert inspect.signature(plain).return_annotation == "np.ndarray[Any, Any] | NpzArrays"
+    assert inspect.signature(plain).parameters["allow_pickle"].annotation == "Literal[False]"
+    assert inspect.signature(pickles).return_annotation == "Any"
+    opened = inspect.signature(npystore.open).return_annotation
+    assert opened == "da.Array | NpzFile | MatFile"

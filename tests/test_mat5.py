@@ -51,11 +51,16 @@ from npystore.formats.mat5 import (
     scan_elements,
 )
 
+scipy = pytest.importorskip("scipy")
 sio = pytest.importorskip("scipy.io")
 sp = pytest.importorskip("scipy.sparse")
 from scipy.io.matlab import MatlabFunction, MatlabObject, MatlabOpaque  # noqa: E402
 
 CORPUS = mat_corpus.CORPUS
+#: scipy 1.18 reads a top-level opaque object (MATLAB's string, datetime, table, ...) under
+#: its name, as fields _TypeSystem, _Class and _ObjectMetadata; before, under 'None', as
+#: s0 (the name), s1, s2 (bytes) and arr
+SCIPY_READS_OPAQUE = tuple(map(int, scipy.__version__.split(".")[:2])) >= (1, 18)
 SRC = "memory://test.mat"
 HOSTILE = (FormatError, UnsupportedError, NeedMoreBytes)
 T = TypeVar("T")
@@ -210,9 +215,10 @@ def scipy_key(item: Loaded) -> str:
     if item.name == "":
         return "__function_workspace__"
     value = item.node.value if isinstance(item.node, MatVariable) else None
-    if isinstance(value, OpaqueObject) and value.kind == "opaque":
-        # DIFFERENCE: scipy reads no name for a top-level opaque (its header has no
-        # dims/name subelements) and files it under 'None'; we use its first string.
+    if isinstance(value, OpaqueObject) and value.kind == "opaque" and not SCIPY_READS_OPAQUE:
+        # DIFFERENCE (scipy < 1.18): scipy reads no name for a top-level opaque (its header
+        # has no dims/name subelements) and files it under 'None'; we use its first string,
+        # as scipy 1.18 does.
         return "None"
     return item.name
 
@@ -331,9 +337,16 @@ def compare(node: Any, buf: bytes, o: Oracle, path: str) -> None:
             compare(node.content, buf, sub, f"{path} (handle)")
         elif node.kind == "opaque":
             assert isinstance(theirs, MatlabOpaque), path
-            assert theirs[0]["s2"].decode() == node.matlab_class, path
-            assert theirs[0]["s1"].decode() == node.type_system, path
-            sub = Oracle(o.a[0]["arr"], o.b[0]["arr"], o.c[0]["arr"])
+            if SCIPY_READS_OPAQUE:  # scipy >= 1.18: named fields of str
+                names = ("_Class", "_TypeSystem", "_ObjectMetadata")
+                assert theirs.dtype.names == (names[1], names[0], names[2]), path
+                matlab_class, type_system = theirs[0][names[0]], theirs[0][names[1]]
+            else:  # scipy < 1.18: s0 (the name), s1, s2 as bytes, arr
+                names = ("s2", "s1", "arr")
+                matlab_class, type_system = (theirs[0][n].decode() for n in names[:2])
+            assert matlab_class == node.matlab_class, path
+            assert type_system == node.type_system, path
+            sub = Oracle(o.a[0][names[2]], o.b[0][names[2]], o.c[0][names[2]])
             compare(node.content, buf, sub, f"{path} (opaque)")
     else:  # pragma: no cover
         raise AssertionError(f"{path}: unexpected node {node!r}")

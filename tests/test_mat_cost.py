@@ -124,6 +124,48 @@ def test_struct_array_of_20000_elements(tmp_path: Path) -> None:
                 assert element["b"] == "text" == str(theirs[0, i]["b"][0])
 
 
+def test_v5_compressed_variable_is_inflated_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading a compressed v5 struct or cell whose leaves are over EAGER_BYTES inflated
+    its whole zlib stream again for every such leaf (pymatreader's cell_struct_v7.mat:
+    44 ms against scipy's 3.5 ms), and ``load`` of any container inflated it once more to
+    find it was no small numeric value. Each variable's stream is inflated once."""
+    from npystore.files.mat import v5
+    from npystore.read import inflate
+
+    rng = np.random.default_rng(0)
+    matrices = [rng.random((100, 100)) for _ in range(10)]  # 80 KB each: kept as ranges
+    cell = np.empty((1, 5), dtype=object)
+    struct = np.zeros((1, 5), dtype=[("m", object), ("s", object)])
+    for i in range(5):
+        cell[0, i] = {"m": matrices[i], "s": f"x{i}"}
+        struct[0, i]["m"], struct[0, i]["s"] = matrices[5 + i], f"y{i}"
+    path = tmp_path / "cell_struct_v7.mat"
+    sio.savemat(path, {"c": cell, "s": struct}, do_compression=True)
+    passes: list[str] = []
+    stream, small = inflate.stream, v5._inflate_small
+
+    def counted_stream(reader: Any, member: Any, *args: Any, **kw: Any) -> Any:
+        passes.append(member.name)
+        return stream(reader, member, *args, **kw)
+
+    def counted_small(data: Any) -> Any:
+        passes.append("small")
+        return small(data)
+
+    monkeypatch.setattr(inflate, "stream", counted_stream)
+    monkeypatch.setattr(v5, "_inflate_small", counted_small)
+    theirs = sio.loadmat(path)
+    m = npystore.open_mat(str(path))
+    got_c, got_s = m.load("c"), m.load("s")
+    assert passes == ["c", "s"]  # was 13 passes: loaded(), the tree, one per matrix
+    for i in range(5):
+        np.testing.assert_array_equal(got_c[0, i]["m"], theirs["c"][0, i]["m"][0, 0])
+        np.testing.assert_array_equal(got_s[0, i]["m"], theirs["s"][0, i]["m"])
+        assert got_s[0, i]["s"] == f"y{i}"
+
+
 def write_v73_cell(path: Path, values: list[np.ndarray]) -> None:
     """A MATLAB v7.3 cell of references, one dataset in #refs# per element."""
     with h5py.File(path, "w", userblock_size=512, libver="earliest") as f:
@@ -159,6 +201,64 @@ def test_v73_cell_of_references(tmp_path: Path) -> None:
             check_numpy(ours[0, i], value, f"c{{{i}}}")
             # mat73 squeezes: a 1x1 is a float, a 1x2 a 1-d array
             np.testing.assert_array_equal(np.asarray(theirs[i]).reshape(-1), value.reshape(-1))
+
+
+def test_v73_references_are_followed_once_per_distinct_object(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cell of 100,000 references to one empty dataset (an 807 KB file) was not read in
+    minutes: every element opened, checked and parsed the same object again. Each distinct
+    object is followed once (counted: the file's references dereferenced), in cells and in
+    struct arrays, and the elements share its value."""
+    from npystore.files.mat.h5safe import SafeGroup
+
+    n = 5000
+    path = tmp_path / "shared.mat"
+    with h5py.File(path, "w", userblock_size=512, libver="earliest") as f:
+        refs = f.create_group("#refs#")
+        empty = refs.create_dataset("a", data=np.array([0, 0], np.uint64))
+        empty.attrs["MATLAB_class"] = np.bytes_("double")
+        empty.attrs["MATLAB_empty"] = np.uint8(1)
+        pair = refs.create_dataset("b", data=np.array([[1.5], [2.5]]))  # MATLAB 1x2
+        pair.attrs["MATLAB_class"] = np.bytes_("double")
+        cell = np.full((n, 1), empty.ref, dtype=h5py.ref_dtype)
+        cell[::1000, 0] = pair.ref
+        c = f.create_dataset("c", data=cell)  # MATLAB 1xn
+        c.attrs["MATLAB_class"] = np.bytes_("cell")
+        s = f.create_group("s")  # a 1x3 struct array whose field x refers to a, b, a
+        s.attrs["MATLAB_class"] = np.bytes_("struct")
+        x = s.create_dataset("x", data=np.array([[empty.ref], [pair.ref], [empty.ref]]))
+        x.attrs["H5PATH"] = np.bytes_("/s")
+    header = b"MATLAB 7.3 MAT-file, Platform: TEST, Created on: never HDF5 schema 1.00 ."
+    with path.open("r+b") as fh:
+        fh.write(header.ljust(116) + b" " * 8 + b"\x00\x02IM")
+    followed = []
+    getitem = SafeGroup.__getitem__
+
+    def counting(self: SafeGroup, key: Any) -> Any:
+        if isinstance(key, h5py.Reference):
+            followed.append(key)
+        return getitem(self, key)
+
+    monkeypatch.setattr(SafeGroup, "__getitem__", counting)
+    m = npystore.open_mat(str(path))
+    ours = m["c"]
+    assert len(followed) == 2  # was one per element: 5,000
+    assert ours.shape == (1, n)
+    for i in range(n):
+        want = np.array([[1.5, 2.5]]) if i % 1000 == 0 else np.zeros((0, 0))
+        check_numpy(ours[0, i], want, f"c{{{i}}}")
+    assert ours[0, 1] is ours[0, 2]  # one value, shared
+    followed.clear()
+    assert m["s"].shape == (1, 3)
+    assert followed == []  # a and b were parsed for c already: shared across variables
+    struct = npystore.open_mat(str(path))["s"]
+    assert len(followed) == 2
+    assert [e["x"].shape for e in struct.flat] == [(0, 0), (1, 2), (0, 0)]
+    with h5py.File(path, "r") as f:  # the oracle: what each reference points to
+        names = [f[r].name for r in f["c"][:, 0]]
+    assert names.count("/#refs#/b") == n // 1000
+    assert [i for i, name in enumerate(names) if name == "/#refs#/b"] == list(range(0, n, 1000))
 
 
 def test_v5_file_of_200000_variables(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 import npystore
 from npystore import FormatError, UnsupportedError
+from npystore.fetch.cache import ENTRY_MAGIC
 from npystore.read import memo
 
 from npy_cases import DTYPES, ORDERS, SHAPES, assert_same, make_array
@@ -406,4 +407,4 @@ def test_index_cache_is_reused_across_sessions(tmp_path: Path, s3: Any) -> None:
     entry.write_bytes(b"garbage")
     third = npystore.open_npz(url, storage_options=opts, index_cache=str(cache))
     np.testing.assert_array_equal(third["x"][-10:].compute(), x[-10:])  # needs the index
-    assert entry.read_bytes().startswith(b"NPYSTORE-DFLIDX1")
+    assert entry.read_bytes().startswith(ENTRY_MAGIC)  # a checksummed entry again

@@ -151,9 +151,73 @@ def test_mmap_mode_refusals(tmp_path: Path) -> None:
         np.save(f, np.arange(3))
     with pytest.raises(ValueError, match="local files only"):
         npystore.load("memory://parity/m.npy", mmap_mode="r")
+    np.save(tmp_path / "w.npy", np.arange(3))
+    with pytest.raises(ValueError, match=r"numpy\.load empties the file") as info:
+        npystore.load(str(tmp_path / "w.npy"), mmap_mode="w+")
+    assert "numpy.load refuses" not in str(info.value)  # it does not: it truncates
+    np.testing.assert_array_equal(np.load(tmp_path / "w.npy"), np.arange(3))
+    with pytest.raises(TypeError):  # numpy: the file is emptied first
+        np.load(tmp_path / "w.npy", mmap_mode="w+")
+    assert (tmp_path / "w.npy").stat().st_size == 0
+
+
+@pytest.mark.parametrize("mode", ["r", "r+", "c"])
+def test_mmap_mode_is_ignored_for_archives_as_in_numpy(tmp_path: Path, mode: str) -> None:
+    np.savez(tmp_path / "a.npz", x=np.arange(3), y=np.eye(2))
+    with (
+        np.load(tmp_path / "a.npz", mmap_mode=mode) as want,
+        npystore.load(str(tmp_path / "a.npz"), mmap_mode=mode) as got,
+    ):
+        assert got.files == want.files
+        for key in want.files:
+            np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_a_plain_pickle_loads_with_allow_pickle_as_in_numpy(tmp_path: Path) -> None:
+    import io
+    import pickle
+
+    path = tmp_path / "p.pkl"
+    value = {"a": [1, 2], "b": np.arange(3)}
+    path.write_bytes(pickle.dumps(value))
+    want = np.load(path, allow_pickle=True)
+    got = npystore.load(str(path), allow_pickle=True)
+    assert got.keys() == want.keys()
+    np.testing.assert_array_equal(got["b"], want["b"])
+    assert got["a"] == [1, 2]
+    with pytest.raises(ValueError, match="pickled"):
+        np.load(path)
+    with pytest.raises(ValueError, match="allow_pickle=True") as info:
+        npystore.load(str(path))
+    assert isinstance(info.value, npystore.FormatError)
+    # a file object: read from its position, left where the pickle ends, as numpy leaves it
+    f = io.BytesIO(b"junk" + pickle.dumps([1, 2]) + b"tail")
+    f.seek(4)
+    assert npystore.load(f, allow_pickle=True) == [1, 2]
+    assert f.read() == b"tail"
+    # and a file that is no pickle either: a FormatError naming it
+    path.write_bytes(b"\x00garbage that is not a pickle")
+    with pytest.raises(npystore.FormatError, match=r"p\.pkl: not an \.npy or \.npz file"):
+        npystore.load(str(path), allow_pickle=True)
+
+
+def test_encodings_numpy_refuses_are_refused(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.arange(3))
     np.savez(tmp_path / "a.npz", x=np.arange(3))
-    with pytest.raises(ValueError, match="not archives"):
-        npystore.load(str(tmp_path / "a.npz"), mmap_mode="r")
+    with pytest.raises(ValueError, match="encoding must be"):
+        np.load(tmp_path / "a.npy", encoding="utf-16")
+    for call, name in (
+        (npystore.load, "a.npy"),
+        (npystore.load, "a.npz"),
+        (npystore.open_npy, "a.npy"),
+        (npystore.open_npz, "a.npz"),
+    ):
+        with pytest.raises(ValueError, match="encoding must be 'ASCII', 'latin1', or 'bytes'"):
+            call(str(tmp_path / name), encoding="utf-16")
+    for ok in ("ASCII", "latin1", "bytes"):
+        np.testing.assert_array_equal(
+            npystore.load(str(tmp_path / "a.npy"), encoding=ok), [0, 1, 2]
+        )
 
 
 def test_load_of_an_npz_is_numpys_mapping(tmp_path: Path) -> None:

@@ -168,3 +168,16 @@ def test_pinned_reads_through_an_honest_server_are_unchanged(s3: Any) -> None:
         np.testing.assert_array_equal(a.compute(), arr)
     assert m.gets == 10
     assert m.bytes == arr.nbytes
+
+
+def test_real_rclone_answers_the_stale_pin_and_the_answer_is_refused(rclone_strict: Any) -> None:
+    """rclone's own ``serve s3`` (not the model above): a same-size replacement between
+    open and compute is refused by the answer's ETag."""
+    with rclone_strict.sandbox() as bucket:
+        old = np.arange(20_000.0)
+        url = bucket.put_bytes(_npy(old), "moving.npy")
+        a = npystore.open_npy(url, storage_options=bucket.storage_options, chunks=2000)
+        np.testing.assert_array_equal(a[:2000].compute(), old[:2000])
+        bucket.put_bytes(_npy(old + 1), "moving.npy")
+        with pytest.raises(ConsistencyError, match=r"moving\.npy: the answer for bytes .*ETag"):
+            a.compute()

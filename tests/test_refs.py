@@ -468,7 +468,14 @@ def test_the_v2_rule_is_zarrs_own() -> None:
             exact = back == dtype and back.descr == dtype.descr and back.str == dtype.str
         except ValueError:
             exact = False
-        assert (v2_dtype_problem(dtype) is None) == exact, dtype
+        problem = v2_dtype_problem(dtype)
+        if problem is None:  # never a v2 form zarr reads back otherwise
+            assert exact, dtype
+        elif exact:
+            # zarr >= 3.2 reads nested records back; the references must read back under
+            # every zarr npystore supports, and zarr 3.1 turns them into other dtypes
+            assert hasattr(zarr.core.dtype, "Struct"), dtype
+            assert problem.startswith("a nested record"), (dtype, problem)
 
 
 def test_scipys_long_double_archive(tmp_path: Path) -> None:

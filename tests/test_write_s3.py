@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import npystore
+from npystore.fetch import open_reader
 from npystore.fetch import sink as sink_module
 from npystore.write import WriteError
 from npystore.write import npy as write_npy
@@ -213,3 +214,79 @@ def test_a_stalled_server_fails_the_write_instead_of_hanging(
         for conn in held:
             conn.close()
         server.close()
+
+
+def test_a_url_naming_a_folder_is_refused(s3: Any) -> None:
+    a = np.arange(10)
+    for write in (npystore.save, npystore.savez, npystore.savez_compressed):
+        with pytest.raises(npystore.FetchError, match="names a folder"):
+            write(s3.url("dir/"), a, storage_options=s3.storage_options)
+    assert not s3.fs.exists(s3.url("dir"))
+    assert s3.fs.ls(s3.url(""), detail=False) == []
+    assert _pending(s3) == []
+
+
+def test_an_unreachable_endpoint_is_a_fetch_error_after_npystores_attempts(s3: Any) -> None:
+    """botocore's own retries are off for the upload's requests (as for reads): npystore's
+    attempts with its backoff, then a FetchError naming the URL and the step (before: a raw
+    botocore EndpointConnectionError after botocore's retries, 8-10 s)."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    import fsspec
+
+    from npystore.testing import RequestCounter
+
+    opts = s3.server.storage_options(client_kwargs={"endpoint_url": f"http://127.0.0.1:{port}"})
+    counter = RequestCounter.attach(fsspec.filesystem("s3", **opts))  # the instance npystore gets
+    url = "s3://nowhere/x.npy"
+    with pytest.raises(npystore.FetchError):  # a read first: its operation is marked too
+        npystore.load(url, storage_options=opts)
+    with counter.measure() as m, pytest.raises(npystore.FetchError) as info:
+        npystore.savez_compressed(url, a=np.arange(10), storage_options=opts)
+    text = str(info.value)
+    assert text.startswith(f"{url}: starting the upload failed after 6 attempts"), text
+    assert "EndpointConnectionError" in text
+    # npystore's 6 attempts, each sent once (botocore's own retries would multiply them)
+    assert m.by_operation["CreateMultipartUpload"] == 6, m.by_operation
+
+
+@pytest.mark.parametrize("key", ["d/../x.npy", "d/./y.npy"])
+def test_keys_with_dot_segments_are_written_and_read_back_as_given(s3: Any, key: str) -> None:
+    decoy = np.zeros(200_000)  # what a normalised URL would find instead
+    for other in ("x.npy", "d/y.npy"):
+        s3.put_bytes(_npy(decoy), other)
+    a = np.arange(200_000.0)
+    url = s3.url(key)
+    npystore.save(url, a, storage_options=s3.storage_options)
+    assert s3.server.client().get_object(Bucket=s3.bucket, Key=key)["Body"].read() == _npy(a)
+    x = npystore.open_npy(url, storage_options=s3.storage_options)
+    np.testing.assert_array_equal(x[-1000:].compute(), a[-1000:])
+    reader = open_reader(url, s3.storage_options)  # the direct path (presigned GETs) too
+    assert reader.read_many([(1_500_000, 1_500_100)]) == [_npy(a)[1_500_000:1_500_100]]
+    assert reader.transport._signed is not None
+    assert not reader.transport._direct_off
+    np.testing.assert_array_equal(npystore.load(url, storage_options=s3.storage_options), a)
+    npystore.savez_compressed(url + "z", a=a, storage_options=s3.storage_options)
+    z = npystore.open_npz(url + "z", storage_options=s3.storage_options)
+    np.testing.assert_array_equal(z["a"][-10:].compute(), a[-10:])
+
+
+def test_parts_go_in_order_to_a_server_that_takes_them_in_order(
+    rclone_strict: Any, small_parts: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rclone's ``serve s3`` holds a part that arrives ahead of its turn until the ones
+    before it arrived (here it holds none: any part ahead waits). Parts uploaded in dask's
+    order stalled: every thread on a part that waited for one no thread would start, until
+    the write's deadline failed it. Ascending order with a lookahead of the sink's
+    concurrency never waits on a part that is not in flight."""
+    monkeypatch.setattr(sink_module.S3Sink, "concurrency", 2)  # 2 threads: 5 parts suffice
+    monkeypatch.setattr(sink_module, "S3_STALL", 10.0)  # a stall fails in ~10 s, not 140
+    monkeypatch.setattr(sink_module, "S3_SLOWEST", 8 * 2**20)
+    with rclone_strict.sandbox() as bucket:
+        n = 5 * sink_module.S3_MIN_PART // 8
+        x = da.arange(n, chunks=-(-n // 3), dtype="<f8")
+        npystore.save(bucket.url("x.npy"), x, storage_options=bucket.storage_options)
+        assert bucket.fs.cat_file(bucket.url("x.npy")) == _npy(np.asarray(x))

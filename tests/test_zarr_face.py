@@ -173,11 +173,17 @@ def test_copy_custom_dtype_member_into_real_zarr_and_reopen_in_new_process(
     )
     target[...] = source[...]
     np.save(tmp_path / "expected.npy", data)
+    # zarr >= 3.2 stores this record itself (exact values; reopened in native byte order),
+    # zarr 3.1 cannot (byte-swapped values): there npystore's data type keeps the exact dtype
+    exact = type(target.metadata.data_type).__module__.startswith("npystore.")
+    assert exact is not hasattr(zarr.core.dtype, "Struct")
     code = textwrap.dedent(
         f"""
         import numpy as np, zarr, npystore
         got = zarr.open_array({str(target_path)!r}, mode="r")[...]
         want = np.load({str(tmp_path / "expected.npy")!r})
+        if not {exact}:
+            want = want.astype(want.dtype.newbyteorder("="))
         assert got.dtype == want.dtype, (got.dtype, want.dtype)
         for name in want.dtype.names:
             assert np.array_equal(got[name], want[name]), name

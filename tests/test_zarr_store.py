@@ -158,12 +158,17 @@ def test_listing(store: LayoutStore) -> None:
     assert sync(store.is_empty("nope/"))
 
 
-def test_json_and_bytes_helpers(store: LayoutStore) -> None:
-    doc = sync(store._get_json("zarr.json", prototype=PROTO))
+def test_metadata_and_chunks_through_the_store_api(store: LayoutStore) -> None:
+    def get(key: str) -> bytes:
+        found = sync(store.get(key, prototype=PROTO))
+        assert found is not None, key
+        return bytes(found.to_bytes())
+
+    doc = json.loads(get("zarr.json"))
     assert doc["node_type"] == "group"
     assert set(doc["consolidated_metadata"]["metadata"]) == {"a", "f", "s"}
-    assert store._get_json_sync("a/zarr.json", prototype=PROTO)["shape"] == [10]
-    assert store._get_bytes_sync("a/c/0", prototype=PROTO) == np.arange(10, dtype="<i4").tobytes()
+    assert json.loads(get("a/zarr.json"))["shape"] == [10]
+    assert get("a/c/0") == np.arange(10, dtype="<i4").tobytes()
 
 
 def test_writes_are_refused(store: LayoutStore) -> None:

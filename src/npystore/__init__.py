@@ -12,7 +12,6 @@ array([3, 4, 5], dtype='>u2')
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.util
 import sys
 import warnings
@@ -29,12 +28,14 @@ from npystore.errors import (
 
 if TYPE_CHECKING:
     from npystore.api import load, open, open_npy, read_header, save, savez, savez_compressed, sniff
+    from npystore.faces.many import to_manifest
     from npystore.faces.matfile import MatFile, open_mat
     from npystore.faces.npz import NpzFile, open_npz
     from npystore.faces.refs import to_kerchunk
     from npystore.faces.stores import open_store
     from npystore.files.mat.tree import MatInfo, MatlabObject, MatStruct
     from npystore.formats.npy import NpyHeader
+    from npystore.write.stack import save_stack
 
 #: Public names and the module each lives in: imported on first use, so that
 #: ``import npystore`` costs little more than ``import numpy`` (dask, fsspec, zarr, h5py and
@@ -60,14 +61,30 @@ _LAZY: dict[str, str] = {
     "open_npz": "npystore.faces.npz",
     "open_store": "npystore.faces.stores",
     "to_kerchunk": "npystore.faces.refs",
+    "to_manifest": "npystore.faces.many",
+    "save_stack": "npystore.write.stack",
 }
 
 
-class _ZarrTypesOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+# The two import hooks below are a meta path finder and a loader by protocol (find_spec;
+# create_module and exec_module), not by subclassing importlib.abc: importing that module
+# costs more than the rest of ``import npystore`` (it loads importlib.resources, pathlib,
+# tempfile ...).
+
+
+def _as_loader(hook: object) -> Any:
+    """``hook`` where importlib wants a loader (it is one by protocol, see above)."""
+    return hook
+
+
+class _ZarrTypesOnImport:
     """Registers npystore's Zarr data types (:mod:`npystore.faces.zarr.dtypes`) as soon as zarr
     is imported, without importing zarr here: zarr 3.1 collects the ``zarr.data_type``
-    entry points but never loads them, so a process that imported npystore would otherwise
-    fail to open arrays npystore wrote with its own data types."""
+    entry points but never loads them (zarr 3.4 loads them on its first data type lookup), so
+    a process that imported npystore would otherwise fail to open arrays npystore wrote with
+    its own data types. The registration only adds npystore's types and gates zarr's record
+    type (whatever name that zarr registers it under): what zarr does with a dtype it stores
+    exactly does not change."""
 
     def __init__(self) -> None:
         self._loader: Any = None
@@ -79,7 +96,7 @@ class _ZarrTypesOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         spec = importlib.util.find_spec("zarr")
         if spec is not None and spec.loader is not None:
             self._loader = spec.loader
-            spec.loader = self
+            spec.loader = _as_loader(self)
         return spec
 
     def create_module(self, spec: Any) -> Any:
@@ -134,13 +151,13 @@ _MOVED: dict[str, str] = {
 }
 
 
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _MovedModules:
     """Resolves a moved module's old name to the module itself (one object, two names)."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name not in _MOVED:
             return None
-        return importlib.util.spec_from_loader(name, self)
+        return importlib.util.spec_from_loader(name, _as_loader(self))
 
     def create_module(self, spec: Any) -> Any:
         new = _MOVED[spec.name]
@@ -168,7 +185,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    """The public names (:data:`__all__`), not the helpers this module imports."""
+    return sorted(__all__)
 
 
 __version__ = "0.1.0"
@@ -197,6 +215,8 @@ __all__ = [
     "save",
     "savez",
     "savez_compressed",
+    "save_stack",
     "sniff",
     "to_kerchunk",
+    "to_manifest",
 ]

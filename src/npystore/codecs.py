@@ -31,7 +31,8 @@ from typing import Any, ClassVar, Final
 import numpy as np
 
 from npystore.errors import missing_dependency
-from npystore.formats.deflate import deflate_block, inflate_chunk
+from npystore.formats.deflate import inflate_chunk
+from npystore.formats.deflate_write import deflate_block
 
 try:
     from numcodecs.abc import Codec

@@ -194,6 +194,12 @@ def to_dask(
         meta=meta,
         inline_array=inline_array,
     )
+    if layout.dtype.names is not None and not layout.dtype.hasobject:
+        # structured values: computed results keep each record's bytes (padding included)
+        from npystore.faces.records import keep_records  # noqa: PLC0415 - imports dask
+
+        kept: da.Array = keep_records(result)
+        return kept
     return result
 
 

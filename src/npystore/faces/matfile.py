@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from npystore.errors import UnsupportedError
 from npystore.faces.dask import DEFAULT_MAX_CHUNKS, ChunksSpec, to_dask
 from npystore.fetch import RangeReader, open_reader
 from npystore.files.mat import MatReader, open_mat_reader
@@ -190,8 +191,10 @@ class MatFile(Mapping[str, Any]):
 
 
 def open_mat(
-    url: str,
+    url: str | list[str] | tuple[str, ...],
     *,
+    axis: int | None = None,
+    stack: bool = False,
     chunks: ChunksSpec = "auto",
     storage_options: Mapping[str, Any] | None = None,
     squeeze: bool = False,
@@ -206,8 +209,15 @@ def open_mat(
 
     Parameters
     ----------
-    url : str
-        Local path or fsspec URL.
+    url : str or list of str
+        Local path or fsspec URL. Many MAT-files (a list, a glob, a folder; see
+        :func:`npystore.open_npy`) give a :class:`~npystore.faces.many.ManyFiles` mapping
+        whose ``m["x"]`` is every file's numeric variable ``x`` concatenated along ``axis``
+        (stacked with ``stack=True``); the files are opened together.
+    axis : int, optional
+        Many files: the axis their variables are concatenated (stacked) along (default 0).
+    stack : bool
+        Many files: stack the variables along a new axis.
     chunks : chunk spec
         dask chunks of numeric arrays (``"auto"``: about dask's ``array.chunk-size``,
         aligned to the file's own chunks).
@@ -243,7 +253,20 @@ def open_mat(
     ValueError
         ``max_depth`` outside 1 to 256.
     """
-    reader = open_reader(url, storage_options, head=MAT_OPEN_HEAD)
+    from npystore.fetch.naming import is_folder, is_many  # noqa: PLC0415
+
+    if is_many(url) or is_folder(url, storage_options):
+        if squeeze:
+            raise UnsupportedError("squeeze=True is for one MAT-file: squeeze the joined array")
+        from npystore.faces.many import open_mat_many  # noqa: PLC0415
+
+        return open_mat_many(  # type: ignore[return-value]
+            url, axis=axis, stack=stack, chunks=chunks, storage_options=storage_options,
+            max_chunks=max_chunks, max_depth=max_depth, char_errors=char_errors,
+        )  # fmt: skip
+    if axis is not None or stack:
+        raise TypeError("axis and stack apply to many MAT-files (a list, a glob or a folder)")
+    reader = open_reader(url, storage_options, head=MAT_OPEN_HEAD)  # type: ignore[arg-type]
     prefix = read_prefix(reader)
     return mat_from_reader(
         reader,

@@ -277,8 +277,10 @@ def _dask_prefix(key: str) -> str:
 
 
 def open_npz(
-    url: str,
+    url: str | list[str] | tuple[str, ...],
     *,
+    axis: int | None = None,
+    stack: bool = False,
     chunks: Any = "auto",
     storage_options: Mapping[str, Any] | None = None,
     allow_pickle: bool = False,
@@ -296,8 +298,15 @@ def open_npz(
 
     Parameters
     ----------
-    url : str
-        Local path or any fsspec URL.
+    url : str or list of str
+        Local path or any fsspec URL. Many archives (a list, a glob, a folder; see
+        :func:`npystore.open_npy`) give a :class:`~npystore.faces.many.ManyFiles` mapping
+        whose ``z["x"]`` is every archive's ``x`` concatenated along ``axis`` (stacked with
+        ``stack=True``); the archives are opened together.
+    axis : int, optional
+        Many archives: the axis their members are concatenated (stacked) along (default 0).
+    stack : bool
+        Many archives: stack the members along a new axis.
     chunks : "auto", int, tuple, dict or -1
         Dask chunk spec for every member. ``"auto"`` makes contiguous chunks of about dask's
         ``array.chunk-size`` (at most 32 MiB for deflated members, which inflate per chunk).
@@ -314,7 +323,7 @@ def open_npz(
         (None): ``NPYSTORE_INDEX_CACHE`` if set, else ``~/.cache/npystore/deflate-index``
         (``$XDG_CACHE_HOME``), kept under 256 MiB; a directory; or False for none.
     max_members : int
-        Most members the archive may declare (default 1,000,000). The count in the end
+        Most members the archive may declare (default 100,000). The count in the end
         record (ZIP64: up to 2**64 - 1) is checked before the central directory is read.
     max_chunks : int
         Most chunks (dask tasks) one member's array may have (default 1,000,000), checked
@@ -348,9 +357,22 @@ def open_npz(
     >>> int(z["a"][2:5].sum().compute())
     9
     """
+    from npystore.fetch.naming import is_folder, is_many  # noqa: PLC0415
+
+    if is_many(url) or is_folder(url, storage_options):
+        from npystore.faces.many import open_npz_many  # noqa: PLC0415
+
+        return open_npz_many(  # type: ignore[return-value]
+            url, axis=axis, stack=stack, chunks=chunks, storage_options=storage_options,
+            max_chunks=max_chunks, allow_pickle=allow_pickle, max_header_size=max_header_size,
+            index_cache=index_cache, max_members=max_members, fix_imports=fix_imports,
+            encoding=encoding,
+        )  # fmt: skip
+    if axis is not None or stack:
+        raise TypeError("axis and stack apply to many archives (a list, a glob or a folder)")
     # on S3 the archive's tail (end record and, usually, the central directory) comes with
     # the object's identity: opening is one request
-    reader = open_reader(url, storage_options, tail=OPEN_TAIL)
+    reader = open_reader(url, storage_options, tail=OPEN_TAIL)  # type: ignore[arg-type]
     return npz_from_reader(
         reader,
         chunks=chunks,

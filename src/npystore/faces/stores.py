@@ -14,6 +14,7 @@ from npystore.faces.refs import to_kerchunk
 from npystore.faces.tree import file_nodes
 from npystore.fetch import open_reader
 from npystore.files.zip import DEFAULT_MAX_MEMBERS
+from npystore.formats.mat5 import CharErrors
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ def open_store(
     storage_options: Mapping[str, Any] | None = None,
     max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
     max_members: int = DEFAULT_MAX_MEMBERS,
+    char_errors: CharErrors = "strict",
 ) -> LayoutStore:
     """Open a file as a read-only Zarr v3 store.
 
@@ -39,9 +41,13 @@ def open_store(
     are ``x`` and ``x.npy``, the keys numpy reads them by). Each array's attributes name its
     member (``npystore.member``); the root's ``npystore.renamed`` maps every member whose
     node name is not its key to that node name. The root
-    carries consolidated metadata, so zarr needs no listing. Chunks are computed from byte
-    ranges of the file on demand; deflated members are served through their checkpoint
-    index.
+    carries consolidated metadata, so zarr needs no listing, when the file has at most
+    1,000 arrays and groups (:data:`~npystore.faces.zarr.store.CONSOLIDATED_MAX`); for more,
+    zarr lists the store. Opening reads an archive's central directory only: a member's
+    header is read, and its node and ``zarr.json`` made, when zarr asks for it (the root's
+    attributes, which name the members not served, read every member's header). Chunks are
+    computed from byte ranges of the file on demand; deflated members are served through
+    their checkpoint index.
 
     Parameters
     ----------
@@ -52,8 +58,12 @@ def open_store(
     max_header_size : int
         Largest npy header accepted.
     max_members : int
-        Most members an ``.npz`` archive may declare (default 1,000,000), checked before its
+        Most members an ``.npz`` archive may declare (default 100,000), checked before its
         central directory is read.
+    char_errors : {"strict", "replace"}
+        MAT v6/v7 char variables that are not valid UTF-8: ``"strict"`` raises
+        :class:`~npystore.errors.FormatError` naming the variable, ``"replace"`` reads each
+        invalid sequence as U+FFFD (as :func:`npystore.open_mat` and ``scipy.io.loadmat``).
 
     Returns
     -------
@@ -78,5 +88,7 @@ def open_store(
     from npystore.faces.zarr.store import LayoutStore  # noqa: PLC0415
 
     reader = open_reader(url, storage_options)
-    nodes = file_nodes(reader, max_header_size=max_header_size, max_members=max_members)
+    nodes = file_nodes(
+        reader, max_header_size=max_header_size, max_members=max_members, char_errors=char_errors
+    )
     return LayoutStore(nodes, url=reader.url)

@@ -1,8 +1,10 @@
 """The only IO in npystore: :class:`RangeReader`, byte ranges of one object on any fsspec URL.
 
 A reader is bound to one object and to the identity it had when it was opened (size plus
-mtime, ETag or version id). On S3 the identity comes from a ranged ``GetObject`` of the
-object's first bytes (no ``HeadObject``), so opening and sniffing a file is one round trip.
+ETag, version id or generation; a local file's device, inode, mtime and ctime; see
+:mod:`npystore.fetch.identity`). On S3, GCS and Azure the identity comes from a ranged GET
+of the object's first bytes (no ``HeadObject``), so opening and sniffing a file is one
+round trip.
 It reads ranges through one backend, chosen once when the reader is made:
 
 - local files (``LocalFileSystem``): ``os.preadv`` straight into the caller's buffers, large
@@ -18,7 +20,12 @@ It reads ranges through one backend, chosen once when the reader is made:
   and the strong ETag the server reported at open (a replaced object answers 412), and each
   response's ``ETag`` compared with it (a mismatch, or no ETag at all, is a
   :class:`~npystore.errors.ConsistencyError`); without a strong ETag at open, unpinned;
-- other async filesystems (gcs, azure, ...): one ``_cat_file`` per range, concurrently;
+- GCS (gcsfs): one media GET per range from the *generation* opened, each answer's
+  ``X-Goog-Generation`` compared with it (see :mod:`npystore.fetch.gcs`);
+- Azure Blob (adlfs): one GET per range with ``If-Match`` and the ETag opened, over a SAS
+  URL and a bare aiohttp session (the SDK for other credentials), each answer's ETag
+  compared with it (see :mod:`npystore.fetch.azure`);
+- other async filesystems: one ``_cat_file`` per range, concurrently;
 - everything else: ``fs.cat_ranges``;
 - an open binary file object instead of a URL: positional reads (see :mod:`npystore.fetch.fileobj`).
 
@@ -45,19 +52,34 @@ The package's modules, one job each (this module only re-exports their public na
 - :mod:`~npystore.fetch.transport`: the backend interface, remote ranges split into parts,
   concurrent async reads under the budget, the checks of pinned answers;
 - the backends: :mod:`~npystore.fetch.local` (local files, file objects),
-  :mod:`~npystore.fetch.s3`, :mod:`~npystore.fetch.http`, :mod:`~npystore.fetch.generic`
-  (every other fsspec filesystem);
+  :mod:`~npystore.fetch.s3`, :mod:`~npystore.fetch.gcs`, :mod:`~npystore.fetch.azure`,
+  :mod:`~npystore.fetch.http`, :mod:`~npystore.fetch.generic` (every other fsspec
+  filesystem);
 - their helpers: :mod:`~npystore.fetch.opening` (the opening request),
+  :mod:`~npystore.fetch.openget` (the retry loop of the opening GETs),
   :mod:`~npystore.fetch.remote` (retries and budgets), :mod:`~npystore.fetch.s3direct`
   (presigned S3 GETs), :mod:`~npystore.fetch.fileobj` (open file objects);
+- :mod:`~npystore.fetch.many`, :mod:`~npystore.fetch.s3many`: many objects named by a list,
+  a glob or a folder, opened together (S3: presigned direct GETs, direct listings);
 - :mod:`~npystore.fetch.cache`: local cache files; :mod:`~npystore.fetch.blockfile`: a
-  file object over a reader.
+  file object over a reader;
+- writing: :mod:`~npystore.fetch.sink` (objects written by parts and committed atomically)
+  and :mod:`~npystore.fetch.tempfiles` (their temporary files).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from npystore.fetch.budget import (
+    BUDGET_ENV,
+    BUDGET_OPTION,
+    READ_BUDGET,
+    REMOTE_ATTEMPTS,
+    RETRY_DELAY,
+    RETRY_DELAY_MAX,
+)
 from npystore.fetch.cache import read_cache_file, write_cache_file
-from npystore.fetch.http import IGNORED_RANGE_MAX
 from npystore.fetch.identity import ObjectIdentity
 from npystore.fetch.local import LOCAL_PART_SIZE
 from npystore.fetch.open import OPEN_HEAD, open_reader, write_object
@@ -66,15 +88,20 @@ from npystore.fetch.reader import (
     _restore,  # noqa: F401 - pickles made before the split name it here
     _restore_file,  # noqa: F401 - likewise
 )
-from npystore.fetch.remote import (
-    BUDGET_ENV,
-    BUDGET_OPTION,
-    READ_BUDGET,
-    REMOTE_ATTEMPTS,
-    RETRY_DELAY,
-    RETRY_DELAY_MAX,
-)
 from npystore.fetch.transport import REMOTE_PART_SIZE
+
+if TYPE_CHECKING:
+    from npystore.fetch.http import IGNORED_RANGE_MAX
+
+
+def __getattr__(name: str) -> Any:
+    # the http backend (and asyncio, ssl with it) loads when a remote object is read
+    if name == "IGNORED_RANGE_MAX":
+        from npystore.fetch.http import IGNORED_RANGE_MAX  # noqa: PLC0415
+
+        return IGNORED_RANGE_MAX
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BUDGET_ENV",

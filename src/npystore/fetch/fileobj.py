@@ -9,11 +9,13 @@ seekable binary file object (``open(path, "rb")``, :class:`io.BytesIO`, an fsspe
   current position: several arrays saved one after the other in one file load one by one)
   and ends at the end of the file;
 - a file with a real descriptor (``fileno()``) is read with ``os.pread``, which neither
-  moves the file's position nor needs a lock, and its size and mtime are checked against
-  those at open before every batch of reads (a rewritten file raises
-  :class:`~npystore.errors.ConsistencyError`, as for a local path);
+  moves the file's position nor needs a lock, and its device, inode, size, ``mtime_ns`` and
+  ``ctime_ns`` are checked against those at open before and after every batch of reads (a
+  file rewritten before or during the reads raises :class:`~npystore.errors.ConsistencyError`,
+  as for a local path; see :mod:`npystore.fetch.identity`);
 - any other file object (``io.BytesIO``, a remote fsspec file) is read with ``seek`` and
-  ``readinto`` (or ``read``) under a lock, and its size is checked before every batch.
+  ``readinto`` (or ``read``) under a lock, and its size is checked before every batch. Its
+  identity is unique to the open (nothing kept for one open serves another).
 
 The file's position while a lazy array over it is in use is unspecified (reads seek it);
 :func:`npystore.load` leaves it just after the array, as :func:`numpy.load` does.
@@ -34,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from npystore.errors import ConsistencyError, UnsupportedError
+from npystore.fetch.identity import ObjectIdentity, StatPin, stat_fields
 
 __all__ = ["BinaryFile", "FileSource", "is_file_object"]
 
@@ -102,21 +105,17 @@ class FileSource:
         self.size = max(0, end - self.base)
         self._fd = _descriptor(file)
         st = os.fstat(self._fd) if self._fd is not None else None
-        #: ``(size, mtime, inode, device)`` of the descriptor's file at open.
-        self._stat = None if st is None else (st.st_size, st.st_mtime, st.st_ino, st.st_dev)
         #: The object's name in messages, e.g. ``<BufferedReader /tmp/a.npy>``.
         self.name = _describe(file, self.base)
         #: Identity fields (as :class:`~npystore.fetch.ObjectIdentity` holds them).
         self.fields: tuple[tuple[str, str], ...]
+        #: The descriptor's file at open, compared before and after every batch of reads.
+        self._pin: StatPin | None = None
         if st is not None:
-            self.fields = (
-                ("mtime", str(st.st_mtime)),
-                ("ino", str(st.st_ino)),
-                ("dev", str(st.st_dev)),
-                ("offset", str(self.base)),
-            )
-        else:  # nothing tells two in-memory files apart but the object itself
-            self.fields = (("object", f"{type(file).__name__}@{id(file):x}+{self.base}"),)
+            self.fields = (*stat_fields(st), ("offset", str(self.base)))
+            self._pin = StatPin(self.fields, st.st_size)
+        else:  # nothing names an in-memory file's content: an identity of this open only
+            self.fields = ObjectIdentity.pinned((("object", type(file).__name__),))
 
     def __reduce__(self) -> tuple[Callable[..., FileSource], tuple[Any, ...]]:
         if isinstance(self.file, io.BytesIO):
@@ -135,14 +134,15 @@ class FileSource:
             raise ValueError(f"{self.name}: the file object was closed")
         fd = self._fd
         if fd is not None:
-            self._check_descriptor(fd)
+            self._check_descriptor(fd, "")
             for start, view in requests:
                 self._pread(fd, start, view)
+            self._check_descriptor(fd, " while it was being read")
             return
         with self._lock:
             end = self.file.seek(0, io.SEEK_END)
             if end - self.base != self.size:
-                raise self._changed(f"size {self.size} -> {end - self.base}")
+                raise self._changed(f"size {self.size} -> {end - self.base}", "")
             for start, view in requests:
                 self._read_locked(start, view)
 
@@ -151,11 +151,10 @@ class FileSource:
         with self._lock:
             self.file.seek(self.base + offset)
 
-    def _check_descriptor(self, fd: int) -> None:
-        st = os.fstat(fd)
-        now = (st.st_size, st.st_mtime, st.st_ino, st.st_dev)
-        if now != self._stat:
-            raise self._changed(f"(size, mtime, inode, device) {self._stat} -> {now}")
+    def _check_descriptor(self, fd: int, when: str) -> None:
+        changed = None if self._pin is None else self._pin.changes(os.fstat(fd))
+        if changed is not None:
+            raise self._changed(changed, when)
 
     def _pread(self, fd: int, start: int, view: memoryview) -> None:
         done = 0
@@ -181,8 +180,8 @@ class FileSource:
                 raise self._ended(start, view.nbytes, done)
             done += n
 
-    def _changed(self, what: str) -> ConsistencyError:
-        return ConsistencyError(f"{self.name}: the file changed since it was opened ({what})")
+    def _changed(self, what: str, when: str) -> ConsistencyError:
+        return ConsistencyError(f"{self.name}: the file changed since it was opened{when} ({what})")
 
     def _ended(self, start: int, count: int, done: int) -> ConsistencyError:
         return ConsistencyError(

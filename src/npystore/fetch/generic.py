@@ -1,20 +1,31 @@
 """Range reads on every other fsspec filesystem (part of the fetch layer).
 
-- :class:`CatFileRanges`: an async filesystem (gcs, azure, ...) whose ``_cat_ranges`` is
+- :class:`CatFileRanges`: an async filesystem (other than S3, GCS, Azure and http) whose
+  ``_cat_ranges`` is
   fsspec's own: one ``_cat_file`` per range, all concurrently on fsspec's event loop, each
   retried on its own within the reader's budget, like S3's and http's ranges;
 - :class:`CatRangesRounds`: everything else, through ``fs.cat_ranges`` in rounds: the ranges
   that failed or came back short are asked again after a backoff, up to
   :data:`~npystore.fetch.remote.REMOTE_ATTEMPTS` rounds or the budget (checked between
-  rounds: a synchronous call cannot be cut).
+  rounds: a synchronous call cannot be cut);
+- :class:`BlockCacheRanges`: fsspec's block cache (``blockcache::``), whose ``cat_ranges``
+  opens, reads and closes the file for every range (a metadata request and a write of the
+  cache's index each time): read through one open file object per reader instead, in the
+  same retried rounds. Its file fetches only the blocks a read touches, blocks of the
+  target filesystem's block size (s3fs: 50 MiB unless ``default_block_size`` says less; a
+  warning says so when a block is that large): npystore never picks another size, since
+  the cache's index records block numbers, not offsets, and another size would read other
+  bytes for them.
 """
 
 from __future__ import annotations
 
-import asyncio
+import threading
 import time
+import warnings
+import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import fsspec
 
@@ -23,7 +34,17 @@ from npystore.fetch import remote
 from npystore.fetch.remote import REMOTE_ATTEMPTS
 from npystore.fetch.transport import AsyncRanges, RemoteTransport
 
-__all__ = ["CatFileRanges", "CatRangesRounds", "default_cat_ranges"]
+__all__ = [
+    "LARGE_CACHE_BLOCK",
+    "BlockCacheRanges",
+    "CatFileRanges",
+    "CatRangesRounds",
+    "default_cat_ranges",
+    "is_block_cache",
+]
+
+#: A block of the block cache at least this large gets a warning (every read moves one).
+LARGE_CACHE_BLOCK: Final = 16 * 2**20
 
 
 def default_cat_ranges(fs: Any) -> bool:
@@ -51,11 +72,13 @@ class CatFileRanges(AsyncRanges):
 
         return one
 
-    async def slots(self) -> asyncio.Semaphore | None:
+    async def slots(self) -> remote.Limiter | None:
         from fsspec.asyn import _get_batch_size  # noqa: PLC0415 - what fsspec's gather uses
 
         fs: Any = self.fs
-        return remote.slots(fs, getattr(fs, "batch_size", None) or _get_batch_size(nofiles=True))
+        most = getattr(fs, "batch_size", None) or _get_batch_size(nofiles=True)
+        advice = "ask for fewer at once with storage_options={{'batch_size': {n}}}"
+        return remote.slots(fs, most, advice)
 
 
 class CatRangesRounds(RemoteTransport):
@@ -71,12 +94,7 @@ class CatRangesRounds(RemoteTransport):
         todo = list(range(len(ranges)))
         began = time.monotonic()
         for attempt in range(REMOTE_ATTEMPTS):
-            got = self.fs.cat_ranges(
-                [self.path] * len(todo),
-                [ranges[i][0] for i in todo],
-                [ranges[i][1] for i in todo],
-                on_error="return",
-            )
+            got = self.round([ranges[i] for i in todo])
             retry = []
             problem: BaseException | str | None = None
             for i, data in zip(todo, got, strict=True):
@@ -108,3 +126,70 @@ class CatRangesRounds(RemoteTransport):
                 )
             time.sleep(delay)
         return [r if r is not None else b"" for r in results]
+
+    def round(self, ranges: list[tuple[int, int]]) -> list[bytes | BaseException]:
+        """One try at every range: its bytes, or the exception that stopped it."""
+        got: list[bytes | BaseException] = self.fs.cat_ranges(
+            [self.path] * len(ranges),
+            [start for start, _ in ranges],
+            [stop for _, stop in ranges],
+            on_error="return",
+        )
+        return got
+
+
+def is_block_cache(fs: Any) -> bool:
+    """Whether ``fs`` is fsspec's block cache (``blockcache::``/``cached::``), not one of the
+    whole-file caches that subclass it."""
+    cls = type(fs)
+    return cls.__module__ == "fsspec.implementations.cached" and cls.__name__ == "CachingFileSystem"
+
+
+class BlockCacheRanges(CatRangesRounds):
+    """Ranges of an object behind fsspec's block cache, read through one file object (see
+    the module doc); reads of one reader take turns on it."""
+
+    def __init__(self, fs: Any, path: str, identity: Any, budget: float):
+        super().__init__(fs, path, identity, budget)
+        self._lock = threading.Lock()
+        self._file: Any = None
+
+    def _opened(self) -> Any:
+        if self._file is None or getattr(self._file, "closed", False):
+            f = self.fs.open(self.path, "rb")
+            self._file = f
+            weakref.finalize(self, _close, f)  # the cache's index is saved when it closes
+            block = getattr(f, "blocksize", 0) or 0
+            if block >= LARGE_CACHE_BLOCK and self.identity.size > 0:
+                warnings.warn(
+                    f"{self.url}: the block cache moves whole blocks of {block >> 20} MiB (the "
+                    f"target filesystem's block size), so a small read moves "
+                    f"{min(block, self.identity.size) >> 20} MiB; for smaller blocks set the "
+                    f"target's block size, e.g. storage_options={{'s3': {{..., "
+                    f"'default_block_size': 4 * 2**20}}}}, on a new cache_storage (a cache "
+                    f"holds blocks of one size)",
+                    UserWarning,
+                    stacklevel=2,
+                )
+        return self._file
+
+    def round(self, ranges: list[tuple[int, int]]) -> list[bytes | BaseException]:
+        out: list[bytes | BaseException] = []
+        with self._lock:
+            for start, stop in ranges:
+                try:
+                    f = self._opened()
+                    f.seek(start)
+                    out.append(f.read(stop - start))
+                except Exception as exc:  # returned: read() judges it (fatal or retried)
+                    out.append(exc)
+                    self._file = None  # opened again for the next try
+        return out
+
+
+def _close(f: Any) -> None:
+    """Close a cached file (its blocks are recorded in the cache's index)."""
+    try:
+        f.close()
+    except (OSError, ValueError, NameError):  # the interpreter may be going away
+        return

@@ -14,9 +14,9 @@ body or retrying, saying to read it through ``simplecache::`` or a download.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any, ClassVar, Final
+from urllib.parse import urlsplit
 
 from npystore.errors import ConsistencyError, UnsupportedError
 from npystore.fetch import remote, s3direct
@@ -112,10 +112,15 @@ class HttpRanges(PinnedRanges):
 
         return one
 
-    async def slots(self) -> asyncio.Semaphore | None:
+    async def slots(self) -> remote.Limiter | None:
         session = await self.fs.set_session()
         connector = getattr(session, "connector", None)
-        return remote.slots(session, getattr(connector, "limit", None))
+        advice = (
+            "ask for fewer at once with storage_options={{'client_kwargs': {{'connector': "
+            "aiohttp.TCPConnector(limit={n})}}}}"
+        )
+        server = urlsplit(self.path).netloc  # one session serves every host
+        return remote.slots(session, getattr(connector, "limit", None), advice, server)
 
     async def _gather(
         self, ranges: list[tuple[int, int]], into: list[memoryview] | None

@@ -2,8 +2,15 @@
 
 :class:`LocalRanges` reads a file on the local filesystem with ``os.preadv`` straight into
 the caller's buffers; ranges larger than :data:`LOCAL_PART_SIZE` are split across a small
-process-wide thread pool when asked to (the GIL is released while the kernel copies). The
-file's size and mtime are checked against the identity before every batch of reads.
+process-wide thread pool when asked to (the GIL is released while the kernel copies).
+
+Each batch of reads opens the file once and checks its descriptor with ``fstat`` before
+and after the reads: device, inode, size, ``mtime_ns`` and ``ctime_ns`` must be the
+identity's at open both times (see :mod:`npystore.fetch.identity`). A file replaced since
+the open (a rename over it: another inode) fails the first check; one written in place
+fails the first check, or the second when the write overlapped the reads: either way
+:class:`~npystore.errors.ConsistencyError`, never bytes of two versions. Two ``fstat``
+calls per batch, none per range.
 
 :class:`FileRanges` reads an open binary file object (see :mod:`npystore.fetch.fileobj`).
 """
@@ -18,7 +25,7 @@ from typing import Final
 
 from npystore.errors import ConsistencyError
 from npystore.fetch.fileobj import FileSource
-from npystore.fetch.identity import ObjectIdentity
+from npystore.fetch.identity import ObjectIdentity, StatPin
 from npystore.fetch.transport import Transport, split_requests
 
 __all__ = ["LOCAL_PART_SIZE", "FileRanges", "LocalRanges"]
@@ -43,19 +50,20 @@ def _thread_pool() -> ThreadPoolExecutor:
 
 
 class LocalRanges(Transport):
-    """A local file's ranges, read with ``os.preadv`` after its size and mtime are checked.
+    """A local file's ranges, read with ``os.preadv`` between two checks of its identity.
 
     Parameters
     ----------
     path : str
         The file's local path.
     identity : ObjectIdentity
-        The file's identity at open (size, mtime, inode).
+        The file's identity at open (:meth:`~npystore.fetch.ObjectIdentity.from_stat`).
     """
 
     def __init__(self, path: str, identity: ObjectIdentity):
         super().__init__(identity)
         self.path = path
+        self._pin = StatPin(identity.fields, identity.size)
 
     def readinto(
         self, requests: Sequence[tuple[int, memoryview]], *, parallel: bool = False
@@ -64,7 +72,7 @@ class LocalRanges(Transport):
             requests = split_requests(requests, LOCAL_PART_SIZE)
         fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
-            self._check_identity(fd)
+            self._check_identity(fd, "")
             if parallel and len(requests) > 1:
                 pool = _thread_pool()
                 futures: list[Future[None]] = [
@@ -75,17 +83,16 @@ class LocalRanges(Transport):
             else:
                 for start, view in requests:
                     self._pread_full(fd, start, view)
+            self._check_identity(fd, " while it was being read")
         finally:
             os.close(fd)
 
-    def _check_identity(self, fd: int) -> None:
-        st = os.fstat(fd)
-        fields = dict(self.identity.fields)
-        mtime = fields.get("mtime")
-        if st.st_size != self.identity.size or (mtime is not None and mtime != str(st.st_mtime)):
+    def _check_identity(self, fd: int, when: str) -> None:
+        changed = self._pin.changes(os.fstat(fd))
+        if changed is not None:
             raise ConsistencyError(
-                f"{self.url}: the file changed since it was opened (size {self.identity.size}"
-                f" -> {st.st_size}, mtime {mtime} -> {st.st_mtime}); reopen it"
+                f"{self.url}: the file changed since it was opened{when} ({changed}); "
+                f"reopen it to read its new content"
             )
 
     def _pread_full(self, fd: int, start: int, view: memoryview) -> None:

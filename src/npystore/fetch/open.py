@@ -3,25 +3,23 @@
 
 Both take fsspec's ``storage_options`` plus npystore's own ``"npystore_read_budget"``
 (removed before the filesystem is made). Opening captures the object's size and identity
-in one request: on S3 a ranged ``GetObject`` that carries the object's first (or last)
-bytes too (:mod:`npystore.fetch.opening`), elsewhere ``info``.
+in one request: on S3 and GCS a ranged GET that carries the object's first (or last) bytes
+too (:mod:`npystore.fetch.opening`, :mod:`npystore.fetch.gcs`), on Azure the first
+(:mod:`npystore.fetch.azure`: no suffix ranges there), elsewhere ``info``.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-from collections.abc import Mapping
+import stat
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
-
-from npystore.fetch import opening, remote
+from npystore.fetch.budget import BUDGET_OPTION, budget_from
 from npystore.fetch.fileobj import BinaryFile, FileSource, is_file_object
 from npystore.fetch.identity import ObjectIdentity
-from npystore.fetch.reader import RangeReader
-from npystore.fetch.remote import BUDGET_OPTION
-from npystore.fetch.s3 import is_s3
+from npystore.fetch.reader import RangeReader, is_local
 
 __all__ = ["OPEN_HEAD", "open_reader", "write_object"]
 
@@ -33,9 +31,12 @@ OPEN_HEAD: Final = 128
 def write_object(url: str, data: bytes, storage_options: Mapping[str, Any] | None = None) -> None:
     """Write ``data`` as the whole object at ``url`` (any fsspec URL; the package's tools'
     small outputs, e.g. ``npystore refs -o``)."""
+    from npystore.fetch import opening  # noqa: PLC0415 - fsspec, loaded when used
+
     options = dict(storage_options or {})
     options.pop(BUDGET_OPTION, None)  # npystore's own, for reads
-    with fsspec.open(url, "wb", **options) as f:
+    fs, path = opening.filesystem(url, options)
+    with fs.open(path, "wb") as f:
         f.write(data)
 
 
@@ -48,8 +49,8 @@ def open_reader(
 ) -> RangeReader:
     """Open a reader on ``url`` (any fsspec URL, chained URLs included).
 
-    One request captures the object's size and identity. On S3 that request is a ranged
-    ``GetObject`` of the first ``head`` bytes (the magic bytes every format starts with; a
+    One request captures the object's size and identity. On S3, GCS and Azure that request
+    is a ranged GET of the first ``head`` bytes (the magic bytes every format starts with; a
     format whose metadata sits at the start, like HDF5, asks for more, since a round trip
     costs about the same for 128 bytes or 64 KiB); elsewhere it is ``info`` and no data is
     read.
@@ -67,10 +68,11 @@ def open_reader(
         ``NPYSTORE_READ_BUDGET``, else :data:`~npystore.fetch.remote.READ_BUDGET`, 300 s;
         ``inf`` for none). It is removed before the filesystem is made.
     head : int
-        Bytes to read with the identity on S3 (0: a plain ``HeadObject``).
+        Bytes to read with the identity on S3, GCS and Azure (0: ``info`` only).
     tail : int
         If positive, read the object's last ``tail`` bytes with the identity instead (one
-        suffix-range ``GetObject``), for formats whose index is at the end.
+        suffix-range GET on S3 and GCS; Azure has no suffix ranges: its opening GET of the
+        first bytes, the tail read after it), for formats whose index is at the end.
 
     Returns
     -------
@@ -102,21 +104,76 @@ def open_reader(
             f"got {type(url).__name__}"
         )
     options = dict(storage_options or {})
-    budget = remote.budget_from(options.pop(BUDGET_OPTION, None))
+    budget = budget_from(options.pop(BUDGET_OPTION, None))
+    plain = None if options else local_path(os.fspath(url))
+    if plain is not None:  # no fsspec: it costs more to import than a small file to read
+        return _local_reader(None, plain, plain, budget)
+    # a remote object (or options for fsspec): the opening machinery and the backends
+    from npystore.fetch import opening  # noqa: PLC0415
+    from npystore.fetch.azure import azure_open  # noqa: PLC0415
+
     fs, path = opening.filesystem(os.fspath(url), options)
-    name = fs.unstrip_protocol(path) if not isinstance(fs, LocalFileSystem) else path
-    if tail > 0 and is_s3(fs):
-        opened, last = opening.s3_open(fs, path, name, -tail, budget)
+    local = is_local(fs)
+    name = path if local else fs.unstrip_protocol(path)
+    # S3, GCS and Azure: one GET of the first bytes; S3 and GCS: of the last (Azure has no
+    # suffix ranges: an archive's tail is read after its identity)
+    opener = _opener(fs)
+    if tail > 0 and opener is not None and opener is not azure_open:
+        opened, last = opener(fs, path, name, -tail, budget)
         return RangeReader(
             fs, path, ObjectIdentity.from_info(name, opened), tail=last, budget=budget
         )
-    if head > 0 and is_s3(fs):
-        opened, first = opening.s3_open(fs, path, name, head, budget)
+    if head > 0 and opener is not None:
+        opened, first = opener(fs, path, name, head, budget)
         return RangeReader(
             fs, path, ObjectIdentity.from_info(name, opened), head=first, budget=budget
         )
+    if local:
+        return _local_reader(fs, path, name, budget)
     info = opening.info_within(fs, path, name, budget)
-    if isinstance(fs, LocalFileSystem):
-        st = os.stat(path)
-        info = {"size": st.st_size, "mtime": st.st_mtime, "ino": st.st_ino, "type": info["type"]}
     return RangeReader(fs, path, ObjectIdentity.from_info(name, info), budget=budget)
+
+
+def _opener(fs: Any) -> Callable[..., tuple[Mapping[str, Any], bytes]] | None:
+    """The opening GET of ``fs``'s kind of store (None: ``info``)."""
+    from npystore.fetch import opening  # noqa: PLC0415
+    from npystore.fetch.azure import azure_open, is_azure  # noqa: PLC0415
+    from npystore.fetch.gcs import gcs_open, is_gcs  # noqa: PLC0415
+    from npystore.fetch.s3 import is_s3  # noqa: PLC0415
+
+    if is_s3(fs):
+        return opening.s3_open
+    if is_gcs(fs):
+        return gcs_open
+    if is_azure(fs):
+        return azure_open
+    return None
+
+
+def local_path(url: str | bytes) -> str | None:
+    """The absolute path fsspec's ``LocalFileSystem`` makes of ``url`` when ``url`` is a
+    plain local path (no protocol, no chain), else None: such a path is opened without
+    fsspec (its import costs more than reading a small file)."""
+    if not isinstance(url, str) or not url or "::" in url or url.startswith(("data:", "file:")):
+        return None
+    if "://" in url and len(url.split("://", 1)[0]) > 1:
+        return None  # a protocol
+    if os.sep != "/":  # Windows paths: fsspec's own rules
+        return None
+    path = url
+    if path.startswith("~"):
+        path = os.path.expanduser(path)
+    elif not path.startswith("/"):
+        path = path[2:] if path.startswith("./") else "" if path == "." else path
+        path = f"{os.getcwd()}/{path}"
+    return path.rstrip("/") or "/"
+
+
+def _local_reader(fs: Any, path: str, name: str, budget: float) -> RangeReader:
+    """A reader of a local file, its identity from ``os.stat`` (``fs`` None: no fsspec); a
+    missing or forbidden file raises ``FileNotFoundError``/``PermissionError`` naming it, a
+    directory ``IsADirectoryError``."""
+    st = os.stat(path)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory, expected a file", name)
+    return RangeReader(fs, path, ObjectIdentity.from_stat(name, st), budget=budget)

@@ -40,12 +40,16 @@ from npystore.fetch.remote import READ_BUDGET, REMOTE_ATTEMPTS
 __all__ = [
     "CONTENT_RANGE",
     "call_s3",
+    "chain_options",
+    "chain_protocols",
     "error_code",
     "filesystem",
     "get_object",
+    "info_attempts",
     "info_within",
     "named",
     "s3_open",
+    "s3_opening",
 ]
 
 #: ``Content-Range: bytes first-last/total`` (total ``*`` when unknown).
@@ -58,6 +62,11 @@ _EXTRAS: Final = {
     "s3a": ("s3fs", "s3"),
     "http": ("aiohttp", "http"),
     "https": ("aiohttp", "http"),
+    "gs": ("gcsfs", "gcs"),
+    "gcs": ("gcsfs", "gcs"),
+    "az": ("adlfs", "azure"),
+    "abfs": ("adlfs", "azure"),
+    "abfss": ("adlfs", "azure"),
 }
 #: HTTP statuses an ``info`` request is not retried for (the answer will not change).
 _FINAL_STATUSES: Final = frozenset({400, 401, 403, 404, 405, 410})
@@ -76,11 +85,30 @@ def filesystem(url: str, options: Mapping[str, Any]) -> tuple[Any, str]:
     """``fsspec.core.url_to_fs(url, **options)``, with clear errors for protocols fsspec
     does not know (:class:`~npystore.errors.UnsupportedError`) or whose package is missing
     (:class:`~npystore.errors.MissingDependencyError` naming it, and the npystore extra that
-    installs it where there is one). Every protocol of a chained URL is checked."""
+    installs it where there is one). Every protocol of a chained URL is checked.
+
+    Two traps of fsspec are avoided:
+
+    - a chained URL's top-level options go to its *first* protocol (fsspec's rule), so
+      ``simplecache::s3://...`` with ``key`` or ``client_kwargs`` at the top would give
+      them to the cache, which ignores them, and S3 would try real AWS with no
+      credentials, retrying for most of a minute. Options the first protocol does not take
+      and an inner one does are given to that inner protocol, with a warning that says how
+      to write them (:func:`chain_options`);
+    - npystore's calls are blocking calls on fsspec's IO loop, which an *asynchronous*
+      instance cannot serve ("Loop is not running"). ``asynchronous`` and ``loop`` are
+      removed from the options (kerchunk and zarr add ``asynchronous=True`` to the options
+      dict they are given, so a dict reused after ``xr.open_dataset(..., engine="kerchunk")``
+      carries it), and an asynchronous instance that fsspec's instance cache hands back
+      is never taken: a new one is made for npystore (:func:`_ours`).
+    """
     import fsspec  # noqa: PLC0415 - the fetch layer's own dependency, loaded with it
 
+    options = _blocking(chain_options(url, options))
     try:
         fs, path = fsspec.core.url_to_fs(url, **options)
+        if not _ours(fs):
+            fs, path = fsspec.core.url_to_fs(url, **_fresh(url, options))
     except (ValueError, ImportError) as exc:
         problem = _protocol_problem(url)
         if problem is None:
@@ -89,13 +117,138 @@ def filesystem(url: str, options: Mapping[str, Any]) -> tuple[Any, str]:
     return fs, path
 
 
+#: Options every fsspec filesystem takes (``AbstractFileSystem``'s own, the instance cache's,
+#: the async ones'): they stay where they are in a chain.
+_ANY_FILESYSTEM: Final = frozenset(
+    {
+        "skip_instance_cache",
+        "use_listings_cache",
+        "listings_expiry_time",
+        "max_paths",
+        "asynchronous",
+        "loop",
+        "batch_size",
+    }
+)
+
+
+def _takes(cls: type) -> set[str]:
+    """The keyword options a filesystem class's ``__init__`` names (over its MRO)."""
+    import inspect  # noqa: PLC0415 - only for chained URLs
+
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None:
+            continue
+        try:
+            params = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        names.update(p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL))
+    names.discard("self")
+    return names
+
+
+def chain_options(url: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` for a chained URL, with the top-level options meant for an inner
+    protocol moved under that protocol's name (and a warning); ``options`` as they are
+    for a plain URL, or when every top-level option is one the first protocol takes.
+
+    An option is moved when the first protocol's filesystem class does not name it and an
+    inner protocol's does (``key``, ``client_kwargs``, ``anon`` of ``s3`` under
+    ``simplecache``). Options already under the inner protocol's name win over moved ones.
+    """
+    out = dict(options)
+    if "::" not in url or not out:
+        return out
+    import warnings  # noqa: PLC0415
+
+    import fsspec  # noqa: PLC0415
+
+    protocols = chain_protocols(url)
+    try:
+        classes = [fsspec.get_filesystem_class(p) for p in protocols]
+    except (ValueError, ImportError):
+        return out  # the protocol's own error comes from url_to_fs
+    first = _takes(classes[0]) | _ANY_FILESYSTEM
+    stray = [k for k in out if k not in first and k not in protocols]
+    for protocol, cls in zip(protocols[1:], classes[1:], strict=True):
+        meant = [k for k in stray if k in _takes(cls)]
+        if not meant:
+            continue
+        moved = {k: out.pop(k) for k in meant}
+        nested = out.get(protocol)
+        out[protocol] = {**moved, **(nested if isinstance(nested, Mapping) else {})}
+        stray = [k for k in stray if k not in meant]
+        warnings.warn(
+            f"{url}: storage_options {sorted(moved)} are options of {protocol!r}, not of "
+            f"{protocols[0]!r}; fsspec gives a chained URL's top-level options to its first "
+            f"protocol, so npystore passed them to {protocol!r}. Write them under the "
+            f"protocol's name: storage_options={{{protocol!r}: {{...}}}} (the options of "
+            f"{protocols[0]!r} itself stay at the top)",
+            UserWarning,
+            stacklevel=4,
+        )
+    return out
+
+
+#: Options that make an asynchronous filesystem (npystore's calls are blocking ones).
+_ASYNC_OPTIONS: Final = ("asynchronous", "loop")
+
+
+def _blocking(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` (top level and per protocol) without ``asynchronous`` and ``loop``."""
+    out = {k: v for k, v in options.items() if k not in _ASYNC_OPTIONS}
+    for key, value in out.items():
+        if isinstance(value, Mapping) and any(k in value for k in _ASYNC_OPTIONS):
+            out[key] = {k: v for k, v in value.items() if k not in _ASYNC_OPTIONS}
+    return out
+
+
+def _ours(fs: Any) -> bool:
+    """Whether ``fs`` (and every filesystem it wraps) is one npystore can call: not an
+    asynchronous instance (fsspec's instance cache hands out zarr's or kerchunk's, made
+    for the same options)."""
+    for _ in range(8):  # a chain: each filesystem wraps the next as ``fs``
+        if fs is None:
+            break
+        if getattr(fs, "async_impl", False) and getattr(fs, "asynchronous", False):
+            return False
+        fs = getattr(fs, "fs", None)
+    return True
+
+
+def _fresh(url: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` asking every protocol of ``url`` for a new instance (none from the cache)."""
+    out = dict(options, skip_instance_cache=True)
+    for protocol in chain_protocols(url)[1:]:
+        nested = out.get(protocol)
+        out[protocol] = {
+            **(nested if isinstance(nested, Mapping) else {}),
+            "skip_instance_cache": True,
+        }
+    return out
+
+
+def chain_protocols(url: str) -> list[str]:
+    """The protocols of ``url``, outermost first, as fsspec reads a chain: a part without
+    ``://`` names a protocol (``simplecache::s3://...``), except the last, a local path."""
+    import fsspec  # noqa: PLC0415
+
+    parts = url.split("::")
+    return [
+        fsspec.core.split_protocol(part)[0] or (part if i < len(parts) - 1 else "file")
+        for i, part in enumerate(parts)
+    ]
+
+
 def _protocol_problem(url: str) -> UnsupportedError | None:
     """What is wrong with the protocols of ``url`` (None: nothing)."""
     import fsspec  # noqa: PLC0415
     from fsspec.registry import known_implementations  # noqa: PLC0415
 
-    for part in url.split("::"):
-        protocol = fsspec.core.split_protocol(part)[0] or "file"
+    for protocol in chain_protocols(url):
         try:
             fsspec.get_filesystem_class(protocol)
         except ValueError:
@@ -174,7 +327,11 @@ async def call_s3(fs: Any, method: str, **params: Any) -> dict[str, Any]:
     await fs.set_session()
     client = await fs.get_s3(params.get("Bucket"))
     client.meta.events.register_first(
-        f"needs-retry.s3.{_OPERATIONS[method]}", _no_botocore_retry, unique_id=_NO_RETRY_ID
+        f"needs-retry.s3.{_OPERATIONS[method]}",
+        _no_botocore_retry,
+        # one id per operation: botocore ignores a second registration under an id it has
+        # seen, whatever the event (a HeadObject handler would keep GetObject's out)
+        unique_id=f"{_NO_RETRY_ID}-{_OPERATIONS[method]}",
     )
     call = getattr(client, method)
     kwargs = fs._get_s3_method_kwargs(call, **params)
@@ -191,7 +348,15 @@ async def call_s3(fs: Any, method: str, **params: Any) -> dict[str, Any]:
     return resp
 
 
-_OPERATIONS: Final = {"get_object": "GetObject", "head_object": "HeadObject"}
+_OPERATIONS: Final = {
+    "get_object": "GetObject",
+    "head_object": "HeadObject",
+    # the writers' multipart upload (npystore.fetch.sink.S3Sink)
+    "create_multipart_upload": "CreateMultipartUpload",
+    "upload_part": "UploadPart",
+    "complete_multipart_upload": "CompleteMultipartUpload",
+    "abort_multipart_upload": "AbortMultipartUpload",
+}
 
 
 async def get_object(
@@ -234,28 +399,6 @@ async def _stream_into(body: Any, view: memoryview) -> memoryview:
         filled = end
 
 
-def _opening_bytes(resp: Mapping[str, Any], data: bytes, count: int) -> tuple[int, bytes] | str:
-    """``(size, bytes)`` from the answer to the opening GET, or what is wrong with it.
-
-    ``count > 0`` asked for the first ``count`` bytes, ``count < 0`` for the last ``-count``.
-    A server that ignores the range sends the whole object (no ``Content-Range``).
-    """
-    content_range = str(resp.get("ContentRange") or "")
-    match = CONTENT_RANGE.fullmatch(content_range)
-    if match is None or match.group(3) == "*":
-        if resp.get("ContentLength") != len(data):
-            return f"no usable Content-Range ({content_range!r}) and a short body"
-        size = len(data)
-        want = min(abs(count), size)
-        return size, data[:want] if count > 0 else data[size - want :]
-    size = int(match.group(3))
-    want = min(abs(count), size)
-    first = 0 if count > 0 else size - want
-    if int(match.group(1)) != first or len(data) != want:
-        return f"got {len(data)} bytes as {content_range!r}, expected bytes {first}+{want}"
-    return size, bytes(data)
-
-
 def error_code(exc: BaseException) -> str | None:
     """The S3 error code behind an exception (s3fs wraps botocore's ClientError)."""
     seen: set[int] = set()
@@ -285,7 +428,7 @@ def info_within(fs: Any, path: str, name: str, budget: float) -> Mapping[str, An
         return info
     from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
 
-    result: Mapping[str, Any] = sync(fs.loop, _info_attempts, fs, path, name, budget)
+    result: Mapping[str, Any] = sync(fs.loop, info_attempts, fs, path, name, budget)
     return result
 
 
@@ -301,7 +444,8 @@ def _transport_failure(exc: FileNotFoundError, fs: Any) -> BaseException | None:
     return None if getattr(cause, "status", None) is not None else cause
 
 
-async def _info_attempts(fs: Any, path: str, name: str, budget: float) -> Mapping[str, Any]:
+async def info_attempts(fs: Any, path: str, name: str, budget: float) -> Mapping[str, Any]:
+    """:func:`info_within` on the event loop of an async filesystem."""
     loop = asyncio.get_running_loop()
     problem: BaseException | str | None = None
     spent = 0.0
@@ -347,75 +491,58 @@ def s3_open(
     """
     from fsspec.asyn import sync  # noqa: PLC0415 - only for async filesystems
 
-    got: tuple[Mapping[str, Any], bytes] = sync(fs.loop, _s3_opening, fs, path, name, count, budget)
+    got: tuple[Mapping[str, Any], bytes] = sync(fs.loop, s3_opening, fs, path, name, count, budget)
     return got
 
 
-async def _s3_opening(
+async def s3_opening(
     fs: Any, path: str, name: str, count: int, budget: float
 ) -> tuple[Mapping[str, Any], bytes]:
-    loop = asyncio.get_running_loop()
+    """:func:`s3_open` on the event loop (for callers already on it)."""
+    from npystore.fetch.openget import (  # noqa: PLC0415 - it imports this module
+        Opened,
+        RangeNotSatisfiable,
+        open_within,
+    )
+
     bucket, key, version = fs.split_path(path)
     pin = {"VersionId": version} if version else {}
-    asked = count  # > 0: a prefix of that many bytes, < 0: a suffix
-    span = f"[0, {count})" if count > 0 else f"the last {-count}"
-    problem: BaseException | str | None = None
-    spent = 0.0
-    made = 0
-    for attempt in range(REMOTE_ATTEMPTS):
-        began = loop.time()
-        made += 1
-        deadline = remote.limit(budget - spent)
-        wanted = f"bytes=0-{asked - 1}" if asked > 0 else f"bytes={asked}"
+
+    async def attempt(wanted: str) -> Opened:
         try:
-            async with deadline:
-                resp, data = await get_object(fs, bucket, key, wanted, pin)
-        except (FileNotFoundError, PermissionError) as exc:
-            raise named(exc, name) from exc
-        except Exception as exc:  # retried like any range read; FetchError after the budget
-            spent += loop.time() - began
-            if remote.is_fatal(exc):
-                raise
+            resp, data = await get_object(fs, bucket, key, wanted, pin)
+        except (FileNotFoundError, PermissionError):
+            raise
+        except Exception as exc:
             code = error_code(exc)
-            if code in ("InvalidRange", "416") and asked < 0:
-                # S3 answers a suffix longer than the object with all of it; some servers
-                # (rclone, ...) refuse it instead. Ask for a prefix of the same length: all
-                # of a smaller object (the tail wanted), else only a bounded prefix
-                asked = -count
-                continue
-            if code in ("InvalidRange", "416"):  # an empty object: no range is satisfiable
-                empty: Mapping[str, Any] = await fs._info(path)
-                return empty, b""
+            if code in ("InvalidRange", "416"):
+                raise RangeNotSatisfiable(str(exc)) from exc
             if code in ("AccessDenied", "403"):
-                raise named(PermissionError(str(exc)), name) from exc
+                raise PermissionError(str(exc)) from exc
             if code in ("NoSuchBucket", "NoSuchKey", "404"):
-                raise named(FileNotFoundError(str(exc)), name) from exc
-            problem = remote.cut(loop.time() - began, made) if deadline.expired() else exc
-        else:
-            spent += loop.time() - began
-            answered = resp.get("VersionId")
-            if version and answered and answered != version:
-                raise ConsistencyError(
-                    f"{name}: asked for version {version}, the server answered with version "
-                    f"{answered} (it ignored the version asked for)"
-                )
-            got = _opening_bytes(resp, bytes(data), asked)  # bytes already (no ``into``)
-            if isinstance(got, str):
-                problem = got
-            else:
-                size, part = got
-                if asked != count and len(part) < size:  # a prefix, not the tail: no tail
-                    part = b""
-                info = {
-                    "size": size,
-                    "ETag": resp.get("ETag"),
-                    "LastModified": resp.get("LastModified"),
-                    "VersionId": answered,
-                }
-                return info, part
-        waited = await remote.wait_to_retry(attempt, REMOTE_ATTEMPTS, spent, budget)
-        if waited is None:
-            break
-        spent = waited
-    out = made < REMOTE_ATTEMPTS or spent >= budget  # stopped early: the budget ran out
-    raise remote.failure(name, f"bytes {span} at open", made, budget, problem, out=out)
+                raise FileNotFoundError(str(exc)) from exc
+            raise
+        answered = resp.get("VersionId")
+        if version and answered and answered != version:
+            raise ConsistencyError(
+                f"{name}: asked for version {version}, the server answered with version "
+                f"{answered} (it ignored the version asked for)"
+            )
+        fields = {
+            "ETag": resp.get("ETag"),
+            "LastModified": resp.get("LastModified"),
+            "VersionId": answered,
+        }
+        length = resp.get("ContentLength")
+        return Opened(
+            str(resp.get("ContentRange") or ""),
+            length if isinstance(length, int) else None,
+            bytes(data),  # bytes already (no ``into``)
+            fields,
+        )
+
+    async def empty() -> Mapping[str, Any]:
+        info: Mapping[str, Any] = await fs._info(path)
+        return info
+
+    return await open_within(name, count, budget, attempt, empty)

@@ -8,6 +8,11 @@ GETs, or another fsspec filesystem's ``cat``.
 
 Readers pickle as ``(filesystem, path, identity, budget)``: a dask worker rebuilds the
 filesystem once (fsspec caches instances), never once per chunk.
+
+A reader of a plain local path needs no fsspec: it is made without a filesystem
+(``fs=None, local=True``), and :attr:`RangeReader.fs` makes fsspec's ``LocalFileSystem``
+only when something asks for it. The remote backends (and asyncio, fsspec, aiohttp with
+them) are imported only for a remote reader.
 """
 
 from __future__ import annotations
@@ -16,36 +21,57 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
-
 from npystore.errors import ConsistencyError, FetchError
-from npystore.fetch import remote
+from npystore.fetch import budget as budgets
 from npystore.fetch.fileobj import FileSource
-from npystore.fetch.generic import CatFileRanges, CatRangesRounds, default_cat_ranges
-from npystore.fetch.http import HttpRanges, is_http
 from npystore.fetch.identity import ObjectIdentity
 from npystore.fetch.local import FileRanges, LocalRanges
-from npystore.fetch.s3 import S3Ranges, is_s3
 from npystore.fetch.transport import Transport
 
 __all__ = ["RangeReader", "transport_for"]
+
+
+def is_local(fs: Any) -> bool:
+    """Whether ``fs`` is fsspec's ``LocalFileSystem`` (checked without importing fsspec)."""
+    return any(
+        cls.__module__ == "fsspec.implementations.local" and cls.__name__ == "LocalFileSystem"
+        for cls in type(fs).__mro__
+    )
 
 
 def transport_for(
     fs: Any, path: str, identity: ObjectIdentity, budget: float, source: FileSource | None
 ) -> Transport:
     """The backend that reads the object's ranges: the file object if there is one, else by
-    the kind of ``fs`` (local, S3, http, another async filesystem whose ``_cat_ranges`` is
-    fsspec's, anything else)."""
+    the kind of ``fs`` (local, S3, http, GCS, Azure, another async filesystem whose
+    ``_cat_ranges`` is fsspec's, anything else); ``fs=None`` is a local path."""
     if source is not None:
         return FileRanges(source, identity)
-    if isinstance(fs, LocalFileSystem):
+    if fs is None or is_local(fs):
         return LocalRanges(path, identity)
+    # the remote backends, imported for a remote object only (they bring asyncio and fsspec)
+    from npystore.fetch.azure import AzureRanges, is_azure  # noqa: PLC0415
+    from npystore.fetch.gcs import GcsRanges, is_gcs  # noqa: PLC0415
+    from npystore.fetch.generic import (  # noqa: PLC0415
+        BlockCacheRanges,
+        CatFileRanges,
+        CatRangesRounds,
+        default_cat_ranges,
+        is_block_cache,
+    )
+    from npystore.fetch.http import HttpRanges, is_http  # noqa: PLC0415
+    from npystore.fetch.s3 import S3Ranges, is_s3  # noqa: PLC0415
+
     if is_s3(fs):
         return S3Ranges(fs, path, identity, budget)
     if is_http(fs):
         return HttpRanges(fs, path, identity, budget)
+    if is_gcs(fs):
+        return GcsRanges(fs, path, identity, budget)
+    if is_azure(fs):
+        return AzureRanges(fs, path, identity, budget)
+    if is_block_cache(fs):
+        return BlockCacheRanges(fs, path, identity, budget)
     if getattr(fs, "async_impl", False) and default_cat_ranges(fs):
         return CatFileRanges(fs, path, identity, budget)
     return CatRangesRounds(fs, path, identity, budget)
@@ -56,8 +82,9 @@ class RangeReader:
 
     Parameters
     ----------
-    fs : fsspec.AbstractFileSystem
-        The filesystem holding the object.
+    fs : fsspec.AbstractFileSystem or None
+        The filesystem holding the object; ``None`` for a local path (made on first use of
+        :attr:`fs`) or a file object.
     path : str
         The object's path on ``fs``.
     identity : ObjectIdentity
@@ -79,7 +106,7 @@ class RangeReader:
 
     def __init__(
         self,
-        fs: fsspec.AbstractFileSystem,
+        fs: Any,
         path: str,
         identity: ObjectIdentity,
         *,
@@ -88,14 +115,15 @@ class RangeReader:
         budget: float | None = None,
         source: FileSource | None = None,
     ):
-        self.fs = fs
+        self._fs = fs
         self.path = path
         self.identity = identity
         #: The file object read instead of a filesystem path, if any.
         self.source = source
         #: Seconds one remote range may take, all its attempts and waits included.
-        self.budget = remote.budget_from(budget)
-        self.local = source is None and isinstance(fs, LocalFileSystem)
+        self.budget = budgets.budget_from(budget)
+        #: Whether the object is a local file (read with ``preadv``; ``mmap_mode`` works).
+        self.local = source is None and (fs is None or is_local(fs))
         #: How the ranges not held in memory are read (see :func:`transport_for`).
         self.transport = transport_for(fs, path, identity, self.budget, source)
         self.max_gap = 32 * 2**10 if self.local else 512 * 2**10
@@ -124,7 +152,17 @@ class RangeReader:
         # the head stays behind: workers read what they need (it is pinned all the same)
         if self.source is not None:  # pickles by value (BytesIO) or refuses (a file handle)
             return (_restore_file, (self.source, self.identity))
-        return (_restore, (self.fs, self.path, self.identity, self.budget))
+        return (_restore, (self._fs, self.path, self.identity, self.budget))
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem holding the object (``LocalFileSystem`` for a local path,
+        made on first use; ``None`` for a file object)."""
+        if self._fs is None and self.local:
+            from fsspec.implementations.local import LocalFileSystem  # noqa: PLC0415
+
+            self._fs = LocalFileSystem()
+        return self._fs
 
     def __repr__(self) -> str:
         return f"RangeReader({self.identity.url!r}, size={self.identity.size})"

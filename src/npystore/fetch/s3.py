@@ -16,7 +16,6 @@ through botocore for the rest of its life.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -60,6 +59,11 @@ class S3Ranges(PinnedRanges):
         self._signed: s3direct.SignedUrl | None = None
         self._direct_off = False
 
+    def use_signed(self, signed: s3direct.SignedUrl) -> None:
+        """Read through ``signed``, a presigned URL of this object made when it was opened
+        (:mod:`npystore.fetch.many`), instead of signing one on the first read."""
+        self._signed = signed
+
     def _where(self) -> tuple[str, str, str | None]:
         """Bucket, key and the version the reads are pinned to (if any)."""
         bucket, key, path_version = self.fs.split_path(self.path)
@@ -79,7 +83,7 @@ class S3Ranges(PinnedRanges):
 
         return one
 
-    async def slots(self) -> asyncio.Semaphore | None:
+    async def slots(self) -> remote.Limiter | None:
         """The connections of the direct session (:func:`npystore.fetch.s3direct.slots`)
         while this reader uses it, else those of botocore's pool (``max_pool_connections``).
         A read whose direct GETs are refused midway finishes through botocore under the
@@ -91,7 +95,8 @@ class S3Ranges(PinnedRanges):
         fs: Any = self.fs
         await fs.set_session()
         client = await fs.get_s3(bucket)
-        return remote.slots(client, int(client.meta.config.max_pool_connections or 10))
+        most = int(client.meta.config.max_pool_connections or 10)
+        return remote.slots(client, most, s3direct.FEWER_REQUESTS)
 
     async def _direct_url(
         self, bucket: str, key: str, version: str | None

@@ -18,6 +18,9 @@ its identity), a :class:`~npystore.fetch.RangeReader` reads its ranges over one
   watch requests (metrics, logging, :class:`npystore.testing.RequestCounter`) see it; a
   ``before-send`` handler that answers the request itself (a stub or an in-process mock)
   turns the direct path off, since only botocore can use that answer;
+- the URL is sent as botocore built and signed it (``yarl.URL(..., encoded=True)``): a key
+  with ``.`` or ``..`` segments (``d/../x.npy`` is a key of its own on S3) is not resolved
+  into another key's path, as a URL parsed as text would be;
 - TLS is verified with the certificates botocore uses (its ``verify`` setting,
   ``AWS_CA_BUNDLE``, else certifi's bundle); a TLS failure hands the reader to botocore;
 - the session does not decompress (``Content-Encoding`` bodies are returned as stored, as
@@ -59,6 +62,7 @@ from npystore.fetch import remote
 
 __all__ = [
     "DIRECT_CONNECTIONS",
+    "FEWER_REQUESTS",
     "URL_EXPIRES",
     "URL_REUSE",
     "DirectUnusable",
@@ -68,6 +72,7 @@ __all__ = [
     "direct_connections",
     "direct_enabled",
     "direct_get",
+    "direct_session",
     "direct_url",
     "env_proxy",
     "slots",
@@ -249,10 +254,18 @@ def direct_connections(fs: Any) -> int:
     return int(explicit) if explicit else DIRECT_CONNECTIONS
 
 
-async def slots(signed: SignedUrl) -> asyncio.Semaphore | None:
-    """The semaphore of the session ``signed``'s GETs go over, one permit per connection
-    (see :func:`npystore.fetch.remote.slots`). Call it on the loop."""
-    return remote.slots(await _session(signed), signed.connections)
+#: How to ask an S3 server for fewer requests at once (``{n}``: how many), for messages.
+FEWER_REQUESTS: Final = (
+    "ask for fewer at once with storage_options={{'config_kwargs': "
+    "{{'max_pool_connections': {n}}}}}"
+)
+
+
+async def slots(signed: SignedUrl) -> remote.Limiter | None:
+    """The limit of GETs in flight over the session ``signed``'s GETs go over, at most one
+    per connection (see :func:`npystore.fetch.remote.slots`). Call it on the loop."""
+    server = urlsplit(signed.url).netloc
+    return remote.slots(await _session(signed), signed.connections, FEWER_REQUESTS, server)
 
 
 def env_proxy(url: str) -> tuple[str | None, Any]:
@@ -299,6 +312,7 @@ async def direct_get(
     """
     import aiohttp  # noqa: PLC0415 - aiobotocore's dependency, present with s3fs
     from botocore.awsrequest import AWSRequest  # noqa: PLC0415 - s3fs's own dependency
+    from yarl import URL  # noqa: PLC0415 - aiohttp's dependency
 
     session = await _session(signed)
     headers = {"Range": f"bytes={start}-{stop - 1}"}
@@ -312,7 +326,8 @@ async def direct_get(
         connect, read = signed.timeouts  # this client's (the session may be another's)
         timeout = aiohttp.ClientTimeout(sock_connect=connect, sock_read=read)
         async with session.get(
-            signed.url,
+            # as signed: yarl would resolve '.' and '..' segments of the key (another key)
+            URL(signed.url, encoded=True),
             headers=headers,
             timeout=timeout,
             proxy=signed.proxy,
@@ -386,23 +401,33 @@ _sessions_lock = threading.Lock()
 async def _session(signed: SignedUrl) -> Any:
     """The session of the running loop for ``signed``'s TLS settings and connection count
     (made on first use)."""
+    return await direct_session(signed.ca_bundle, signed.connections, signed.timeouts)
+
+
+async def direct_session(
+    ca_bundle: str | None, connections: int, timeouts: tuple[float, float]
+) -> Any:
+    """The bare aiohttp session of the running loop for a certificate bundle (None: the
+    system's) and a connection count, made on first use (``timeouts``: its default
+    ``(connect, read)`` seconds then): no decompression, no environment lookups, no
+    automatic headers (see the module doc). The direct GETs of S3 and Azure share it."""
     import aiohttp  # noqa: PLC0415 - aiobotocore's dependency, present with s3fs
 
     loop = asyncio.get_running_loop()
-    key = (signed.ca_bundle, signed.connections)
+    key = (ca_bundle, connections)
     with _sessions_lock:
         session = _sessions.setdefault(loop, {}).get(key)
     if session is not None and not session.closed:
         return session
     # reading the certificates is file IO: off the loop, as aiobotocore does
-    context = await asyncio.to_thread(ssl.create_default_context, cafile=signed.ca_bundle)
+    context = await asyncio.to_thread(ssl.create_default_context, cafile=ca_bundle)
     with _sessions_lock:
         by_key = _sessions.setdefault(loop, {})
         session = by_key.get(key)
         if session is None or session.closed:
-            connect, read = signed.timeouts
+            connect, read = timeouts
             session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=signed.connections, ssl=context),
+                connector=aiohttp.TCPConnector(limit=connections, ssl=context),
                 timeout=aiohttp.ClientTimeout(sock_connect=connect, sock_read=read),
                 auto_decompress=False,
                 trust_env=False,  # proxies: per signed URL (see the module doc)

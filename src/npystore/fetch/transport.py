@@ -22,16 +22,19 @@ before its body is read (:class:`PinnedRanges`).
 from __future__ import annotations
 
 import abc
-import asyncio
 import os
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from npystore.errors import ConsistencyError
-from npystore.fetch import opening, remote
 from npystore.fetch.identity import ObjectIdentity
+
+if TYPE_CHECKING:
+    # the remote classes' machinery, imported when one is used (a local reader needs none)
+
+    from npystore.fetch import remote
 
 __all__ = [
     "REMOTE_PART_SIZE",
@@ -169,6 +172,8 @@ class AsyncRanges(RemoteTransport):
     ) -> Future[None]:
         """:meth:`readinto` on the event loop; the future is done when the read is (it is
         running from the start: ``cancel()`` does not stop it, waiting for it does)."""
+        import asyncio  # noqa: PLC0415 - see the imports above
+
         done: Future[None] = Future()
         done.set_running_or_notify_cancel()
         coro = self._fill_parts(requests)
@@ -193,9 +198,10 @@ class AsyncRanges(RemoteTransport):
         """One attempt at range ``k``: its bytes, or (with ``into``) written into ``into[k]``."""
 
     @abc.abstractmethod
-    async def slots(self) -> asyncio.Semaphore | None:
-        """As many slots as the connection pool of this backend's requests has: a range's
-        budget runs only while it holds one (see :func:`npystore.fetch.remote.slots`)."""
+    async def slots(self) -> remote.Limiter | None:
+        """The limit of requests in flight of this backend's connection pool (at most its
+        size, adapting to the server): a range's budget runs only while it holds a permit
+        (see :func:`npystore.fetch.remote.slots`)."""
 
     def _sync(self, func: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
         """``await func(*args)`` on fsspec's event loop; its result."""
@@ -218,6 +224,8 @@ class AsyncRanges(RemoteTransport):
     ) -> list[bytes | memoryview]:
         """Each range's bytes (or, with ``into``, each written into its view), retried per
         range within :attr:`budget`."""
+        from npystore.fetch import remote  # noqa: PLC0415 - see the imports above
+
         if not ranges:
             return []
         sem = await self.slots()
@@ -232,6 +240,10 @@ class PinnedRanges(AsyncRanges):
 
     #: Whether ETags compare exactly (http) or without their quotes (S3).
     strict_etag: ClassVar[bool] = False
+    #: What the store calls the version every answer is compared with (GCS: generation).
+    version_name: ClassVar[str] = "version"
+    #: Whether an answer without a version is refused (GCS: reads are pinned by it).
+    version_required: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -269,7 +281,12 @@ class PinnedRanges(AsyncRanges):
         """A response (S3, http) must come from the object opened: the same ETag (S3 always
         sends one, and so must an http server that sent a strong one at open), the same
         version id when both have one, and a ``Content-Range`` total equal to the size at
-        open. Checked before the body is read, whatever the server did with the pin."""
+        open. Checked before the body is read, whatever the server did with the pin. (The
+        answer has begun: noted for the pool's limiter, see
+        :func:`~npystore.fetch.remote.first_byte`.)"""
+        from npystore.fetch import remote  # noqa: PLC0415 - see the imports above
+
+        remote.first_byte()
         want = self._want_etag
         if want is not None and not _same_etag(want, etag, strict=self.strict_etag):
             got = f"ETag {etag}" if etag else "no ETag"
@@ -278,13 +295,22 @@ class PinnedRanges(AsyncRanges):
                 f"object was opened with ETag {want}: it changed since it was opened (and "
                 f"the server ignored the pin); reopen it"
             )
-        if self._want_version and version and version != self._want_version:
+        want_version, kind = self._want_version, self.version_name
+        if want_version and not version and self.version_required:
             raise ConsistencyError(
-                f"{self.url}: the answer for bytes [{start}, {stop}) came from version "
-                f"{version}, but version {self._want_version} was opened (the server ignored "
-                f"the pin); reopen it"
+                f"{self.url}: the answer for bytes [{start}, {stop}) carries no {kind}, but "
+                f"{kind} {want_version} was opened: it cannot be told from another object; "
+                f"reopen it"
             )
-        match = opening.CONTENT_RANGE.fullmatch(content_range)
+        if want_version and version and version != want_version:
+            raise ConsistencyError(
+                f"{self.url}: the answer for bytes [{start}, {stop}) came from {kind} "
+                f"{version}, but {kind} {want_version} was opened (the server ignored the "
+                f"pin); reopen it"
+            )
+        from npystore.fetch.opening import CONTENT_RANGE  # noqa: PLC0415
+
+        match = CONTENT_RANGE.fullmatch(content_range)
         if match and match.group(3) != "*" and int(match.group(3)) != self.identity.size:
             raise ConsistencyError(
                 f"{self.url}: the object is {match.group(3)} bytes now, {self.identity.size} "

@@ -5,6 +5,8 @@ pickle for object arrays). The byte layout is :mod:`npystore.formats.npy`'s.
 
 from __future__ import annotations
 
+from typing import Final
+
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader
 from npystore.formats import npy
@@ -48,7 +50,7 @@ def header_from_prefix(reader: RangeReader, prefix: bytes, max_header_size: int)
         text = prefix[preamble.header_start : end]
     else:
         text = prefix[preamble.header_start :] + reader.read(len(prefix), end)
-    header = npy.parse_header(preamble, text, source=url)
+    header = _parse_header(preamble, bytes(text), url)
     if not header.is_pickled and header.data_offset + header.nbytes > reader.size:
         raise FormatError(
             f"{url}: truncated .npy file: shape {header.shape} of {header.dtype} needs "
@@ -56,6 +58,25 @@ def header_from_prefix(reader: RangeReader, prefix: bytes, max_header_size: int)
             f"{reader.size - header.data_offset}"
         )
     check_shape(header.shape, header.dtype, source=url)
+    return header
+
+
+#: Headers parsed, by their bytes: the shards of a dataset repeat one header (or a few),
+#: whose tokenizing parse costs more than everything else of opening a local file.
+_parsed: dict[tuple[npy.NpyPreamble, bytes], npy.NpyHeader] = {}
+_PARSED_MAX: Final = 1024
+
+
+def _parse_header(preamble: npy.NpyPreamble, text: bytes, url: str) -> npy.NpyHeader:
+    """``npy.parse_header``, remembered by the header's bytes (a header says nothing about
+    its file: the same bytes parse to the same header wherever they are)."""
+    key = (preamble, text)
+    header = _parsed.get(key)
+    if header is None:
+        header = npy.parse_header(preamble, text, source=url)
+        if len(_parsed) >= _PARSED_MAX:
+            _parsed.clear()
+        _parsed[key] = header
     return header
 
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from npystore.errors import UnsupportedError
 from npystore.fetch import RangeReader, open_reader
 from npystore.fetch.fileobj import BinaryFile
 from npystore.files.npy import read_prefix
@@ -52,6 +53,12 @@ def sniff_reader(reader: RangeReader) -> Sniffed:
     prefix = read_prefix(reader)
     kind = sniff(prefix)
     if kind == "unknown":
+        from npystore.files.mat import hdf5_superblock  # noqa: PLC0415 - an error path
+        from npystore.formats.mat5 import plain_hdf5_refused  # noqa: PLC0415
+
+        superblock = hdf5_superblock(reader)
+        if superblock is not None:  # HDF5 behind a user block that is no MAT-file header
+            raise UnsupportedError(plain_hdf5_refused(reader.url, superblock))
         raise unknown_format(reader.url, prefix)
     return Sniffed(reader, bytes(prefix), kind)
 

@@ -53,8 +53,10 @@ _HEADER_ROUNDS: Final = 6
 #: Largest central directory read (1,000,000 entries with long names fit).
 MAX_DIRECTORY_SIZE: Final = 512 * 2**20
 #: Default most members an archive may declare (``max_members``): the count is checked
-#: before the central directory is read, so a hostile ZIP64 count costs nothing.
-DEFAULT_MAX_MEMBERS: Final = 1_000_000
+#: before the central directory is read, so a hostile ZIP64 count costs nothing. Opening
+#: keeps the directory, about 0.4 KB per member (40 MB at this limit; the headers read
+#: later add about as much again), and parses it at about 10 us per member.
+DEFAULT_MAX_MEMBERS: Final = 100_000
 #: Bytes read from the archive's end first (on S3 together with the object's identity, see
 #: :func:`npystore.fetch.open_reader`): the end record and, usually, the central directory.
 OPEN_TAIL: Final = 256 * 2**10

@@ -36,7 +36,8 @@ A point's block starts ``bits`` bits before byte ``cmp_offset`` (zran's conventi
 bit offset is ``8 * cmp_offset - bits``, minus the gzip header for member-relative offsets.
 
 This module is pure: bytes in, values out. It inflates with ISA-L (``isal``) when installed,
-else zlib-ng, else the standard library's zlib.
+else zlib-ng, else the standard library's zlib. The blocks the writers deflate are
+:mod:`npystore.formats.deflate_write`'s.
 """
 
 from __future__ import annotations
@@ -60,7 +61,6 @@ __all__ = [
     "Checkpoint",
     "DeflateIndex",
     "crc32",
-    "deflate_block",
     "gzip_trailer",
     "inflate_chunk",
     "inflate_from",
@@ -471,32 +471,6 @@ def inflate_from(
     buf = bytearray(length)
     inflate_from_into(checkpoint, compressed, skip, memoryview(buf), source=source)
     return bytes(buf)
-
-
-#: ISA-L's compression level for written members (0-3; 2 is zlib's level-6 ratio on
-#: numeric data at several times its speed) and zlib's when ISA-L is not installed.
-ISAL_LEVEL: Final = 2
-ZLIB_LEVEL: Final = 6
-
-
-def deflate_block(data: bytes | memoryview, *, final: bool) -> bytes:
-    """``data`` deflated as an independent block of a raw stream.
-
-    It starts with an empty dictionary and ends with a full flush (byte-aligned, the next
-    block needs nothing before it) or, when ``final``, with the end of the stream: blocks
-    made in any order and joined in order are one valid raw deflate stream.
-    """
-    c: Any
-    try:
-        from isal import isal_zlib  # noqa: PLC0415 - optional accelerator
-    except ImportError:
-        c = zlib.compressobj(ZLIB_LEVEL, zlib.DEFLATED, -15)
-        mode = zlib.Z_FINISH if final else zlib.Z_FULL_FLUSH
-    else:
-        c = isal_zlib.compressobj(ISAL_LEVEL, isal_zlib.DEFLATED, -15)
-        mode = isal_zlib.Z_FINISH if final else isal_zlib.Z_FULL_FLUSH
-    out: bytes = c.compress(data) + c.flush(mode)
-    return out
 
 
 def inflate_chunk(data: bytes | memoryview, size: int, *, source: str = "<chunk>") -> bytes:

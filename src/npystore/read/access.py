@@ -10,6 +10,7 @@ what the dask face slices chunk by chunk, and what :func:`npystore.load` reads w
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
 import pickle
@@ -21,7 +22,6 @@ import numpy as np
 
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader
-from npystore.read.inflate import TAIL, inflate_into, inflate_range_array, inflate_range_into
 from npystore.read.layout import (
     ArrayLayout,
     ChunkedExtent,
@@ -38,7 +38,14 @@ from npystore.read.layout import (
     plan_reads,
 )
 
-__all__ = ["LayoutArray", "convert_values", "normalize_key", "read_selection"]
+__all__ = [
+    "LayoutArray",
+    "as_records",
+    "convert_values",
+    "load_pickle_file",
+    "normalize_key",
+    "read_selection",
+]
 
 #: Pieces fetched per batch (bounds memory and keeps many requests in flight).
 _BATCH: Final = 1024
@@ -46,6 +53,22 @@ _BATCH: Final = 1024
 _UNBOUNDED: Final = 1 << 62
 
 Key = tuple[Any, ...]
+
+
+def as_records(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``array`` viewed as whole records (unstructured ``np.void`` of its itemsize) when its
+    dtype is structured, else ``array`` itself: copies and index results through the view
+    keep every byte of each record.
+
+    numpy copies structured values field by field (assignment, ``copy``, fancy indexing),
+    so the padding bytes between fields would be whatever the destination held (for a new
+    buffer, uninitialised memory); ``numpy.load`` gives the file's bytes. Every buffer npystore
+    assembles from pieces copies through this view (no copy is made here).
+    """
+    dtype = array.dtype
+    if dtype.names is None or dtype.hasobject:
+        return array
+    return array.view(np.dtype((np.void, dtype.itemsize)))
 
 
 def normalize_key(key: Any, shape: tuple[int, ...]) -> tuple[Hyperslab, Key]:
@@ -240,7 +263,7 @@ def _read_batch(
             view: np.ndarray[Any, Any] = np.ndarray(
                 piece.shape, dtype=plan.layout.dtype, buffer=data, strides=plan.strides
             )
-            out[tuple(slice(b, e) for b, e in piece.region)] = view
+            as_records(out)[tuple(slice(b, e) for b, e in piece.region)] = as_records(view)
 
 
 def convert_values(
@@ -277,7 +300,8 @@ def _read_inline(
     whole: np.ndarray[Any, Any] = np.ndarray(
         layout.shape, dtype=layout.dtype, buffer=storage.data, order=layout.order
     )
-    return np.array(whole[_as_index(selection)], order=layout.order)
+    picked = np.array(as_records(whole)[_as_index(selection)], order=layout.order)
+    return picked.view(layout.dtype)
 
 
 def _read_deflated(
@@ -287,8 +311,17 @@ def _read_deflated(
 
     Inflating is sequential, so the whole selection is one uncompressed span (gaps cost
     inflate time, not requests) from the nearest checkpoint; a contiguous span is inflated
-    straight into the output buffer.
+    straight into the output buffer. (:mod:`npystore.read.inflate` and the deflate
+    machinery under it are imported here, on the first deflated read: an ``.npy`` file
+    never needs them.)
     """
+    from npystore.read.inflate import (  # noqa: PLC0415
+        TAIL,
+        inflate_into,
+        inflate_range_array,
+        inflate_range_into,
+    )
+
     member = storage.member
     if storage.nbytes == 0 and member.uncompressed_size <= TAIL:
         # no data: the member is (about) its header; inflating it checks its checksum
@@ -321,14 +354,24 @@ def _read_deflated(
         view: np.ndarray[Any, Any] = np.ndarray(
             piece.shape, dtype=layout.dtype, buffer=span, strides=plan.strides
         )
-        out[tuple(slice(b, e) for b, e in piece.region)] = view
+        as_records(out)[tuple(slice(b, e) for b, e in piece.region)] = as_records(view)
     return out
 
 
 def _read_whole_deflated(
     reader: RangeReader, layout: ArrayLayout, storage: DeflatedExtent
 ) -> np.ndarray[Any, Any]:
-    """The whole member in one sequential pass (CRC checked), viewed without a copy."""
+    """The array's values: copied from the member's inflated bytes when this process keeps
+    them (a compressed MAT v5 variable inflated to be parsed: each of its leaves would
+    otherwise inflate the whole stream again), else the whole member in one sequential
+    pass (CRC checked), viewed without a copy."""
+    if storage.index.inflated() is not None:
+        out = np.empty(layout.shape, dtype=layout.dtype, order=layout.order)
+        view = memoryview(out.reshape(-1, order="A").view(np.uint8).data)
+        if storage.index.serve(storage.data_start, view):
+            return out
+    from npystore.read.inflate import inflate_into  # noqa: PLC0415 - see _read_deflated
+
     buf = np.empty(storage.member.uncompressed_size, dtype=np.uint8)  # no zero-fill pass
     inflate_into(reader, storage.member, memoryview(buf.data))
     return np.ndarray(
@@ -339,6 +382,8 @@ def _read_whole_deflated(
 def _load_pickled(reader: RangeReader, layout: ArrayLayout) -> np.ndarray[Any, Any]:
     storage = layout.storage
     if isinstance(storage, DeflatedExtent):
+        from npystore.read.inflate import inflate_into  # noqa: PLC0415 - see _read_deflated
+
         whole = bytearray(storage.member.uncompressed_size)
         inflate_into(reader, storage.member, memoryview(whole))
         data = bytes(whole[storage.data_start :])
@@ -361,6 +406,22 @@ def _load_pickled(reader: RangeReader, layout: ArrayLayout) -> np.ndarray[Any, A
             f"{reader.url}: the pickle holds {got}, expected an array of shape {layout.shape}"
         )
     return value
+
+
+def load_pickle_file(reader: RangeReader, unpickle: Unpickle) -> tuple[Any, int]:
+    """A whole file that is a plain pickle (not an ``.npy`` or ``.npz``), unpickled as
+    ``numpy.load(..., allow_pickle=True)`` does, and the offset where the pickle ended.
+    The caller decided ``allow_pickle``: unpickling runs code from the file."""
+    data = reader.read(0, reader.size)
+    stream = io.BytesIO(data)
+    try:
+        value = pickle.load(stream, encoding=unpickle.encoding, fix_imports=unpickle.fix_imports)
+    except Exception as exc:
+        raise FormatError(
+            f"{reader.url}: not an .npy or .npz file, and not a pickle either (the first bytes "
+            f"are {bytes(data[:8])!r}): {exc!r}"
+        ) from exc
+    return value, stream.tell()
 
 
 class LayoutArray:
@@ -437,7 +498,9 @@ class LayoutArray:
             picked: np.ndarray[Any, Any] = whole[index][(*post, Ellipsis)]
             return picked
         result = read_selection(self.reader, self.layout, selection)
-        return np.asarray(result[(*post, Ellipsis)])
+        # through the records view: index arrays copy, and must keep the padding bytes
+        picked = as_records(result)[(*post, Ellipsis)]
+        return np.asarray(picked if picked.dtype == result.dtype else picked.view(result.dtype))
 
     def read(self, *, parallel: bool = True) -> np.ndarray[Any, Any]:
         """Read the whole array into one new array (large local reads use threads)."""

@@ -41,12 +41,13 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from npystore.errors import FormatError
-from npystore.fetch import RangeReader, read_cache_file, write_cache_file
+from npystore.fetch import RangeReader
+from npystore.fetch.cache import drop_cache_file, read_cache_file, write_cache_file
 from npystore.formats import deflate, zblock
 from npystore.formats.deflate import Checkpoint, DeflateIndex
 from npystore.formats.zblock import PieceEnd
 from npystore.read import memo
-from npystore.read.index import index_cache_path
+from npystore.read.index import index_cache_key
 from npystore.read.layout import DeflatedMember
 from npystore.read.memo import compressed_range
 from npystore.read.slot import IndexSlot
@@ -345,9 +346,16 @@ def _keeping(member: DeflatedMember, slot: IndexSlot, chain: BlockChain) -> bool
         return chain.keeping
 
 
-def _cache_path(reader: RangeReader, member: DeflatedMember, cache_dir: str) -> str:
-    """The cache file recording which pieces of the member passed (beside its index's)."""
-    return index_cache_path(reader, member, cache_dir).removesuffix(".dflidx") + ".blocks"
+def _cache_key(reader: RangeReader, member: DeflatedMember) -> str | None:
+    """The index cache key of the record of which pieces of the member passed (beside its
+    checkpoint index's; None for an object whose identity is weak: nothing is recorded)."""
+    key = index_cache_key(reader, member)
+    return None if key is None else f"blocks:{key}"
+
+
+def _record_bytes(blocks: BlockIndex) -> int:
+    """The most bytes a record of ``blocks`` takes (one windowless checkpoint per piece)."""
+    return 36 + 20 * len(blocks.usizes)
 
 
 def _chain(
@@ -356,10 +364,13 @@ def _chain(
     """The member's chain: ``checked`` pieces passed (a pickled slot says so), or as many
     as the cache directory records for this object and member."""
     count = len(blocks.usizes)
-    if checked == 0 and slot.cache_dir is not None:
-        data = read_cache_file(_cache_path(reader, member, slot.cache_dir))
+    key = None if slot.cache_dir is None else _cache_key(reader, member)
+    if checked == 0 and slot.cache_dir is not None and key is not None:
+        data = read_cache_file(slot.cache_dir, key, max_bytes=_record_bytes(blocks))
         if data is not None:
             checked = _recorded(data, member, blocks)
+            if checked == 0:
+                drop_cache_file(slot.cache_dir, key, "not a record of this member's blocks")
     return BlockChain(count, checked)
 
 
@@ -393,7 +404,8 @@ def _persist(
 ) -> None:
     """Record the pieces that passed in the cache directory (when it has fewer)."""
     checked = chain.checked
-    if slot.cache_dir is None or checked <= chain.persisted:
+    key = _cache_key(reader, member)
+    if slot.cache_dir is None or key is None or checked <= chain.persisted:
         return
     chain.persisted = checked
     coff, uoff = blocks.coffsets, blocks.uoffsets
@@ -402,7 +414,7 @@ def _persist(
         member.uncompressed_size,
         tuple(Checkpoint(8 * coff[k], uoff[k], b"") for k in range(checked)),
     )
-    write_cache_file(_cache_path(reader, member, slot.cache_dir), record.to_bytes())
+    write_cache_file(slot.cache_dir, key, record.to_bytes())
 
 
 def _groups(blocks: BlockIndex, pieces: list[int], cap: int) -> list[list[int]]:

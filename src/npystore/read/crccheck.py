@@ -166,8 +166,8 @@ class CrcLedger:
         data : bytes-like
             What was read.
         fetch : callable, optional
-            ``fetch(start, stop) -> bytes`` reads the member's trailing bytes when
-            everything else has been recorded.
+            ``fetch(start, stop) -> bytes`` reads the member's trailing bytes (or at most
+            :data:`TAIL_READ` leading ones) when everything else has been recorded.
 
         Raises
         ------
@@ -336,8 +336,15 @@ class CrcLedger:
         return None
 
     def _missing_tail(self) -> tuple[int, int] | None:
-        """The trailing bytes, when they are all that is missing."""
-        tail_start = self.start + self.head_size + self.data_size
-        if tail_start >= self.end or len(self._starts) != 1 or self._starts[0] != self.start:
+        """The trailing bytes, when they are all that is missing; or the leading bytes (at
+        most :data:`TAIL_READ`: an npy header no array read covers) when they are."""
+        if len(self._starts) != 1:
             return None
-        return (tail_start, self.end) if self._spans[self.start][0] == tail_start else None
+        first = self._starts[0]
+        stop = self._spans[first][0]
+        if first == self.start:
+            tail_start = self.start + self.head_size + self.data_size
+            return (tail_start, self.end) if stop == tail_start < self.end else None
+        if stop == self.end and first - self.start <= TAIL_READ:
+            return (self.start, first)
+        return None

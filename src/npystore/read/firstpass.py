@@ -41,10 +41,10 @@ from typing import Any, Final
 import numpy as np
 
 from npystore.errors import FormatError
-from npystore.fetch import RangeReader, write_cache_file
+from npystore.fetch import RangeReader
 from npystore.formats import deflate, zblock
 from npystore.formats.deflate import WINDOW_SIZE, Checkpoint, DeflateIndex
-from npystore.read.index import INDEX_SPACING, index_cache_path
+from npystore.read.index import INDEX_SPACING, cache_index
 from npystore.read.layout import DeflatedMember
 from npystore.read.memo import PART, compressed_range
 from npystore.read.sequential import TAIL, check_full_pass
@@ -343,9 +343,7 @@ class FirstPass:
         check_full_pass(self._source, member, self._pos_now(), self._crc, self._adler)
         index = DeflateIndex(member.compressed_size, size, tuple(self._checkpoints))
         self._slot.set(index)
-        if self._slot.cache_dir is not None:
-            path = index_cache_path(self._reader, member, self._slot.cache_dir)
-            write_cache_file(path, index.to_bytes())
+        cache_index(self._reader, member, self._slot.cache_dir, index)
         with self._cond:
             if self._state == _RUNNING:
                 self._state = _FINISHED

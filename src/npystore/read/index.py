@@ -4,7 +4,10 @@
   rapidgzip) over :class:`MemberGzipFile`, a gzip view of the member; without either it
   returns ``None``;
 - :func:`build_or_load_index` / :func:`load_cached_index`: the index cache directory
-  (:func:`index_cache_path`, keyed by the object's identity and the member).
+  (:func:`index_cache_key`: the object's strong identity and the member; an object whose
+  identity is weak, see :mod:`npystore.fetch.identity`, is never cached); an index read
+  from it is a :class:`CachedIndex`, checked as it is used (:func:`rebuild_index`);
+  :func:`cache_index` writes one.
 
 (A first compute of a member builds its index in the pass its chunk reads share:
 :mod:`npystore.read.firstpass`.)
@@ -12,38 +15,47 @@
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import io
 import logging
 import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
 from npystore.errors import ConsistencyError, FetchError, FormatError
-from npystore.fetch import RangeReader, read_cache_file, write_cache_file
+from npystore.fetch import RangeReader
+from npystore.fetch.cache import (
+    drop_cache_file,
+    entry_name,
+    read_cache_file,
+    write_cache_file,
+)
 from npystore.formats import deflate
 from npystore.formats.deflate import DeflateIndex
 from npystore.read.layout import DeflatedMember
 from npystore.read.sequential import STREAM_BLOCK, CompressedBlocks, check_full_pass, stream
+from npystore.read.slot import IndexSlot
 
 __all__ = [
     "INDEX_SPACING",
+    "CachedIndex",
     "MemberGzipFile",
     "build_and_cache_index",
     "build_index",
     "build_or_load_index",
     "index_builder_name",
+    "index_cache_key",
     "index_cache_path",
     "load_cached_index",
+    "cache_index",
+    "max_index_bytes",
+    "rebuild_index",
 ]
 
 #: Output spacing asked of index builders.
 INDEX_SPACING: Final = 4 * 2**20
 
 _log = logging.getLogger(__name__)
-_BACKGROUND: ThreadPoolExecutor | None = None
-_BACKGROUND_LOCK = threading.Lock()
 
 
 class MemberGzipFile(io.RawIOBase):
@@ -205,34 +217,114 @@ def _explain_failure(reader: RangeReader, member: DeflatedMember, exc: BaseExcep
     raise FormatError(f"{source}: the deflate stream is corrupt: {exc}") from None
 
 
-def index_cache_path(reader: RangeReader, member: DeflatedMember, cache_dir: str) -> str:
-    """Where a member's index is cached: keyed by the object's identity and the member."""
-    key = repr((reader.token, member.name, member.offset, member.compressed_size, member.crc32))
-    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
-    return os.path.join(cache_dir, f"{digest}.dflidx")
+@dataclass(frozen=True, slots=True)
+class CachedIndex(DeflateIndex):
+    """A checkpoint index read from the index cache, not built in this process.
+
+    An entry's checksum says it is the one written for this key, not that what it says is
+    true: anyone who can write as this user can write an entry (see
+    :mod:`npystore.fetch.cache`). So besides the checks of :func:`load_cached_index`, a read
+    that resumes from such an index and fails is not blamed on the archive: the entry is
+    removed and the index rebuilt (:func:`rebuild_index`), and the output read through it
+    is summed per member and compared with the member's CRC-32 once it covers the member
+    (:func:`npystore.read.inflate.inflate_range_into`).
+
+    Attributes
+    ----------
+    cache_dir : str
+        The cache directory it was read from.
+    key : str
+        Its key there (:func:`index_cache_key`).
+    """
+
+    cache_dir: str = ""
+    key: str = ""
+
+
+def index_cache_key(reader: RangeReader, member: DeflatedMember) -> str | None:
+    """The key of a member's index in the index cache: the object's identity (URL, size and
+    its strong version markers) and the member (name, offset, sizes, CRC-32); None when the
+    identity is weak (nothing of such an object is kept between opens)."""
+    if not reader.identity.strong:
+        return None
+    return repr(
+        (
+            "deflate-index",
+            reader.token,
+            member.name,
+            member.offset,
+            member.compressed_size,
+            member.uncompressed_size,
+            member.crc32,
+        )
+    )
+
+
+def index_cache_path(reader: RangeReader, member: DeflatedMember, cache_dir: str) -> str | None:
+    """Where a member's index is cached (None: an object whose identity is weak)."""
+    key = index_cache_key(reader, member)
+    return None if key is None else os.path.join(cache_dir, entry_name(key))
+
+
+def max_index_bytes(member: DeflatedMember) -> int:
+    """The most bytes an index of ``member`` written by :func:`build_index` can take: a
+    checkpoint (its window included) per quarter of :data:`INDEX_SPACING` of output or
+    input, which is more than the builders make. A larger cache entry is not read."""
+    per_point = 20 + deflate.WINDOW_SIZE
+    step = max(1, INDEX_SPACING // 4)
+    points = (member.uncompressed_size + member.compressed_size) // step + 2
+    return 36 + points * per_point
 
 
 def load_cached_index(
     reader: RangeReader, member: DeflatedMember, cache_dir: str | None
-) -> DeflateIndex | None:
-    """The member's index from the local cache, when there is one for this object and it
-    matches the member's sizes (a damaged entry counts as none: the caller rebuilds it)."""
-    if cache_dir is None:
+) -> CachedIndex | None:
+    """The member's index from the local cache, when there is a valid entry for this object
+    and member; None otherwise (a damaged, foreign or implausible entry is removed: the
+    caller rebuilds it).
+
+    Besides the entry's checksum and key (:func:`npystore.fetch.cache.read_cache_file`),
+    the index must match the member's sizes, its checkpoints must be strictly increasing
+    and lie inside the member (the first at its start), and no window may hold more bytes
+    than were produced before its checkpoint.
+    """
+    key = None if cache_dir is None else index_cache_key(reader, member)
+    if cache_dir is None or key is None:
         return None
-    path = index_cache_path(reader, member, cache_dir)
-    data = read_cache_file(path)
+    data = read_cache_file(cache_dir, key, max_bytes=max_index_bytes(member))
     if data is None:
         return None
     try:
-        cached = DeflateIndex.from_bytes(data, source=path)
-    except FormatError:
-        return None  # a damaged cache entry: rebuilt by the caller
-    if (cached.compressed_size, cached.uncompressed_size) != (
-        member.compressed_size,
-        member.uncompressed_size,
-    ):
+        cached = DeflateIndex.from_bytes(data, source=f"{cache_dir}/{entry_name(key)}")
+    except FormatError as exc:
+        drop_cache_file(cache_dir, key, str(exc))
         return None
-    return cached
+    problem = _implausible(cached, member)
+    if problem is not None:
+        drop_cache_file(cache_dir, key, problem)
+        return None
+    return CachedIndex(
+        cached.compressed_size,
+        cached.uncompressed_size,
+        cached.checkpoints,
+        cache_dir=cache_dir,
+        key=key,
+    )
+
+
+def _implausible(index: DeflateIndex, member: DeflatedMember) -> str | None:
+    """What rules out ``index`` as an index of ``member`` (None: nothing)."""
+    sizes = (index.compressed_size, index.uncompressed_size)
+    if sizes != (member.compressed_size, member.uncompressed_size):
+        return f"sizes {sizes}, the member's are {member.compressed_size, member.uncompressed_size}"
+    for cp in index.checkpoints[1:]:
+        if not (0 < cp.bit_offset < 8 * member.compressed_size):
+            return f"a checkpoint at bit {cp.bit_offset} lies outside the member"
+        if not (0 < cp.out_offset < member.uncompressed_size):
+            return f"a checkpoint at output byte {cp.out_offset} lies outside the member"
+        if len(cp.window) > cp.out_offset:
+            return f"a window of {len(cp.window)} bytes at output byte {cp.out_offset}"
+    return None
 
 
 def build_or_load_index(
@@ -248,8 +340,42 @@ def build_or_load_index(
 def build_and_cache_index(
     reader: RangeReader, member: DeflatedMember, cache_dir: str | None
 ) -> DeflateIndex | None:
-    """Build the member's index (:func:`build_index`) and write it to the cache directory."""
+    """Build the member's index (:func:`build_index`) and write it to the cache directory
+    (when the object's identity is strong and the index within :func:`max_index_bytes`)."""
     index = build_index(reader, member)
-    if index is not None and cache_dir is not None:
-        write_cache_file(index_cache_path(reader, member, cache_dir), index.to_bytes())
+    if index is not None:
+        cache_index(reader, member, cache_dir, index)
     return index
+
+
+def cache_index(
+    reader: RangeReader, member: DeflatedMember, cache_dir: str | None, index: DeflateIndex
+) -> None:
+    """Write the member's index to the cache directory (when there is one, the object's
+    identity is strong and the index within :func:`max_index_bytes`)."""
+    key = None if cache_dir is None else index_cache_key(reader, member)
+    if cache_dir is not None and key is not None:
+        data = index.to_bytes()
+        if len(data) <= max_index_bytes(member):
+            write_cache_file(cache_dir, key, data)
+
+
+def rebuild_index(
+    reader: RangeReader, member: DeflatedMember, slot: IndexSlot, bad: CachedIndex, why: str
+) -> DeflateIndex | None:
+    """Replace an index read from the cache that was found wrong (``why``): its entry is
+    removed, and the index built anew in one checked pass (so a member that is really
+    corrupt raises :class:`~npystore.errors.FormatError` here, naming its CRC-32) and cached
+    again; the slot then holds it (one rebuild, whichever threads found the entry wrong).
+    None when no index builder is installed."""
+    _log.warning(
+        "%s:%s: the checkpoint index from the index cache (%s) is wrong (%s); removing it "
+        "and building the index again",
+        reader.url,
+        member.name,
+        bad.cache_dir,
+        why,
+    )
+    drop_cache_file(bad.cache_dir, bad.key, why)
+    build = functools.partial(build_and_cache_index, reader, member, bad.cache_dir)
+    return slot.replace(bad, build)

@@ -21,19 +21,25 @@ from typing import Any, Final
 
 import numpy as np
 
+from npystore.errors import FormatError
 from npystore.fetch import RangeReader
+from npystore.fetch.cache import entry_name
 from npystore.formats import deflate, zblock
+from npystore.formats.deflate import DeflateIndex
 from npystore.read import memo
 from npystore.read.blocks import read_blocks, read_blocks_array
+from npystore.read.crccheck import CrcLedger
 from npystore.read.firstpass import FirstPass
 from npystore.read.index import (
     INDEX_SPACING,
+    CachedIndex,
     MemberGzipFile,
     build_index,
     build_or_load_index,
     index_builder_name,
     index_cache_path,
     load_cached_index,
+    rebuild_index,
 )
 from npystore.read.layout import DeflatedMember
 from npystore.read.memo import compressed_range
@@ -72,11 +78,20 @@ KEEP_MEMBER: Final = 256 * 2**20
 KEEP_SHARE: Final = 64
 
 
-def inflate_into(reader: RangeReader, member: DeflatedMember, out: memoryview) -> None:
-    """Inflate the whole member into ``out`` (its uncompressed size) and check its CRC-32."""
+def inflate_into(
+    reader: RangeReader,
+    member: DeflatedMember,
+    out: memoryview,
+    *,
+    held: bytes | memoryview | None = None,
+) -> None:
+    """Inflate the whole member into ``out`` (its uncompressed size) and check its CRC-32
+    (``held``: its compressed bytes, when the caller has them: nothing is read)."""
     if out.nbytes != member.uncompressed_size:
         raise ValueError(f"buffer of {out.nbytes} bytes for {member.uncompressed_size}")
-    sums = stream(reader, member, out, 0)
+    if held is not None and len(held) != member.compressed_size:
+        raise ValueError(f"{len(held)} compressed bytes held for {member.compressed_size}")
+    sums = stream(reader, member, out, 0, held=held)
     crc, adler = sums if sums is not None else (0, 1)
     check_full_pass(f"{reader.url}:{member.name}", member, member.uncompressed_size, crc, adler)
 
@@ -201,15 +216,29 @@ def inflate_range_into(
     else:
         index = slot.ensure(functools.partial(build_or_load_index, reader, member, slot.cache_dir))
     if index is None:
-        # a pass that ends near the member's end goes on to it, and checks the checksum
-        sums = stream(reader, member, out, start, to_end=member.uncompressed_size - stop <= TAIL)
-        if sums is not None:
-            crc, adler = sums
-            check_full_pass(
-                f"{reader.url}:{member.name}", member, member.uncompressed_size, crc, adler
-            )
+        _from_start(reader, member, start, out)
         return
-    checkpoint, byte_start, byte_stop = index.locate(start, stop)
+    if isinstance(index, CachedIndex):
+        _from_cached_index(reader, member, slot, index, start, out)
+    else:
+        _from_checkpoint(reader, member, index, start, out)
+
+
+def _from_start(reader: RangeReader, member: DeflatedMember, start: int, out: memoryview) -> None:
+    """Output ``[start, start + len(out))`` from a pass from the member's start; a pass that
+    ends near the member's end goes on to it, and checks the checksum."""
+    stop = start + out.nbytes
+    sums = stream(reader, member, out, start, to_end=member.uncompressed_size - stop <= TAIL)
+    if sums is not None:
+        crc, adler = sums
+        check_full_pass(f"{reader.url}:{member.name}", member, member.uncompressed_size, crc, adler)
+
+
+def _from_checkpoint(
+    reader: RangeReader, member: DeflatedMember, index: DeflateIndex, start: int, out: memoryview
+) -> None:
+    """Output ``[start, start + len(out))`` inflated from the index's checkpoint before it."""
+    checkpoint, byte_start, byte_stop = index.locate(start, start + out.nbytes)
     compressed = compressed_range(reader, member, byte_start, byte_stop, read_ahead=True)
     deflate.inflate_from_into(
         checkpoint,
@@ -218,6 +247,70 @@ def inflate_range_into(
         out,
         source=f"{reader.url}:{member.name}",
     )
+
+
+def _from_cached_index(
+    reader: RangeReader,
+    member: DeflatedMember,
+    slot: IndexSlot,
+    index: CachedIndex,
+    start: int,
+    out: memoryview,
+) -> None:
+    """:func:`_from_checkpoint` through an index read from the index cache, which is
+    trusted only as far as it is checked (see :class:`~npystore.read.index.CachedIndex`):
+
+    - a resume that fails (corrupt deflate data, a wrong size) is the entry's fault until
+      proven otherwise: the entry is removed and the index rebuilt in one checked pass
+      (which raises the member's own error if the member is corrupt), then the range is read
+      again through the new index;
+    - the output is recorded in a CRC-32 ledger of the member's output (the npy header,
+      which no array read covers, is inflated from the member's start once everything
+      else is recorded): a read that completes the member compares it with the member's
+      CRC-32. A mismatch means earlier reads may have returned wrong bytes: the entry is
+      removed, the index rebuilt, and :class:`~npystore.errors.FormatError` names the
+      entry (never the archive, when its rebuild passes).
+    """
+    source = f"{reader.url}:{member.name}"
+    try:
+        _from_checkpoint(reader, member, index, start, out)
+    except FormatError as exc:
+        fresh = rebuild_index(reader, member, slot, index, f"resuming from it failed: {exc}")
+        if fresh is None:  # no index builder: from the member's start
+            _from_start(reader, member, start, out)
+        elif isinstance(fresh, CachedIndex):  # another process cached it meanwhile
+            _from_cached_index(reader, member, slot, fresh, start, out)
+        else:
+            _from_checkpoint(reader, member, fresh, start, out)
+        return
+    if member.crc32 is None:
+        return
+
+    def make() -> CrcLedger:
+        size = member.uncompressed_size
+        return CrcLedger(source, 0, size, member.crc32 or 0, 0, 0, size)
+
+    def head(lo: int, hi: int) -> bytes:
+        buf = bytearray(hi - lo)
+        _from_checkpoint(reader, member, index, lo, memoryview(buf))
+        return bytes(buf)
+
+    ledger = slot.ledger(index, make)
+    if ledger is None:  # replaced meanwhile: the read that found it wrong raises
+        return
+    try:
+        ledger.record(start, out, head)
+    except FormatError as exc:
+        fresh = rebuild_index(reader, member, slot, index, f"the output read through it: {exc}")
+        if fresh is None:  # no index builder checked the member: one pass does
+            _from_start(reader, member, member.uncompressed_size, memoryview(b""))
+        raise FormatError(
+            f"{source}: the bytes read through the checkpoint index from the index cache "
+            f"(entry {entry_name(index.key)} in {index.cache_dir}) do not make the member's "
+            f"CRC-32, while the member itself is valid: the entry was wrong (damaged or "
+            f"planted despite its checksum), so arrays read through it may be wrong too; it "
+            f"was removed and the index rebuilt: read them again"
+        ) from None
 
 
 def inflate_range(

@@ -83,10 +83,24 @@ class PickledExtent:
 class Unpickle:
     """How an object array's pickle is loaded: :func:`pickle.loads`' ``encoding`` and
     ``fix_imports``, as ``numpy.load`` takes them (``"latin1"`` reads Python 2 pickles of
-    numpy arrays). Its presence on a layout is the caller's ``allow_pickle=True``."""
+    numpy arrays). Its presence on a layout is the caller's ``allow_pickle=True``.
+
+    Raises
+    ------
+    ValueError
+        An ``encoding`` other than ``"ASCII"``, ``"latin1"`` or ``"bytes"`` (numpy.load's
+        rule: other encodings could decode a pickle's byte strings into wrong text).
+    """
 
     encoding: str = "ASCII"
     fix_imports: bool = True
+
+    def __post_init__(self) -> None:
+        if self.encoding not in ("ASCII", "latin1", "bytes"):
+            raise ValueError(
+                f"encoding must be 'ASCII', 'latin1', or 'bytes' (as numpy.load requires), "
+                f"not {self.encoding!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,11 +28,15 @@ flight on both sides of the run of grains around it, in the background, so the n
 tasks find their bytes here whichever way the scheduler goes. A read of one range alone
 never reads ahead; a scan that stops leaves at most the two windows fetched and unused.
 
-Members are kept per object identity (:attr:`~npystore.fetch.RangeReader.token`: a
-changed object is a different key) in a least-recently-used registry bounded by
-:data:`MEMO_BUDGET` bytes; nothing here is pickled (a dask worker keeps its own). A failed
-fetch marks its grains missing again: the read that needs them fetches them again and
-raises the error itself (a failed read-ahead costs nothing else).
+Members are kept per object identity (:attr:`~npystore.fetch.RangeReader.token`) and
+member (offset, compressed size, CRC-32): a changed object is a different key, since a local
+file's identity holds its device, inode, size, ``mtime_ns`` and ``ctime_ns``, a remote
+object's its ETag or version, and an identity without a strong version marker (an http
+server without ETags) a token of its open, so that every new open of such an object reads
+its bytes anew (see :mod:`npystore.fetch.identity`). The registry is least recently used,
+bounded by :data:`MEMO_BUDGET` bytes; nothing here is pickled (a dask worker keeps its
+own). A failed fetch marks its grains missing again: the read that needs them fetches them
+again and raises the error itself (a failed read-ahead costs nothing else).
 """
 
 from __future__ import annotations
@@ -164,7 +168,7 @@ _registry_lock = threading.Lock()
 
 
 def _kept(reader: RangeReader, member: DeflatedMember) -> _Kept:
-    key = (reader.token, member.offset, member.compressed_size)
+    key = (reader.token, member.offset, member.compressed_size, member.crc32)
     with _registry_lock:
         found = _registry.get(key)
         if found is not None:

@@ -145,13 +145,15 @@ def stream(
     skip: int,
     *,
     to_end: bool = False,
+    held: bytes | memoryview | None = None,
 ) -> tuple[int, int] | None:
     """Inflate from the start; write output bytes ``[skip, skip + len(out))`` into ``out``.
 
     With ``to_end`` (or when ``out`` reaches the member's end) the whole stream is inflated
     (output past ``out`` is discarded) and checked against the declared size, and the
     CRC-32 and Adler-32 of the whole output are returned; else ``None``. Each checksum is
-    computed only when the member declares it (else 0 / 1).
+    computed only when the member declares it (else 0 / 1). ``held``: the member's
+    compressed bytes when the caller has them already (nothing is read).
     """
     source = f"{reader.url}:{member.name}"
     size = member.uncompressed_size
@@ -161,7 +163,12 @@ def stream(
     produced = 0
     crc = 0
     adler = 1
-    for piece in _sliced(_compressed_pieces(reader, member, None if whole else want)):
+    pieces = (
+        iter((held,))
+        if held is not None
+        else _compressed_pieces(reader, member, None if whole else want)
+    )
+    for piece in _sliced(pieces):
         data: bytes | memoryview = piece
         while True:
             # one byte more than the declared size reveals a stream that inflates to more

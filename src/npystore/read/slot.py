@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from npystore.formats.deflate import DeflateIndex
+from npystore.read.crccheck import CrcLedger
 
 __all__ = ["IndexSlot"]
 
@@ -64,6 +65,9 @@ class IndexSlot:
         self._inflated: bytes | bytearray | memoryview | None = None
         self._pass: Any = None
         self._pass_lock = threading.Lock()  # not ``_lock``: an index build holds that
+        #: The CRC-32 ledger of the output read through an index, with that index.
+        self._ledger: tuple[DeflateIndex, CrcLedger] | None = None
+        self._ledger_lock = threading.Lock()
 
     def keep(self, inflated: bytes | bytearray | memoryview) -> None:
         """Keep the whole member's inflated (and checked) bytes for reads in this process
@@ -147,3 +151,23 @@ class IndexSlot:
     def set(self, index: DeflateIndex) -> None:
         """Install an index (built elsewhere or read from a cache)."""
         self._index = index
+
+    def replace(
+        self, old: DeflateIndex, build: Callable[[], DeflateIndex | None]
+    ) -> DeflateIndex | None:
+        """Replace ``old`` (found wrong) with what ``build`` returns, unless another thread
+        replaced it already; return the index the slot holds then."""
+        with self._lock:
+            if self._index is old:
+                self._index = build()
+            return self._index
+
+    def ledger(self, index: DeflateIndex, make: Callable[[], CrcLedger]) -> CrcLedger | None:
+        """The CRC-32 ledger of the output read through ``index`` (made by ``make`` on first
+        use); None when the slot no longer holds ``index`` (it was replaced)."""
+        with self._ledger_lock:
+            if self._index is not index:
+                return None
+            if self._ledger is None or self._ledger[0] is not index:
+                self._ledger = (index, make())
+            return self._ledger[1]

@@ -15,6 +15,7 @@ from npystore.errors import FormatError
 from npystore.fetch import RangeReader
 from npystore.formats import deflate
 from npystore.formats.deflate import Checkpoint, DeflateIndex
+from npystore.read.index import CachedIndex, rebuild_index
 from npystore.read.layout import DeflatedMember
 from npystore.read.sequential import INPUT_SLICE, STREAM_BLOCK
 from npystore.read.slot import IndexSlot
@@ -69,7 +70,24 @@ class StreamInflater:
         return index.checkpoints[max(0, i)]
 
     def read(self, start: int, stop: int) -> bytes:
-        """Uncompressed bytes ``[start, stop)`` (clipped to the member's size)."""
+        """Uncompressed bytes ``[start, stop)`` (clipped to the member's size).
+
+        A pass resumed from a checkpoint of an index read from the index cache that fails is
+        not blamed on the archive: the entry is removed, the index rebuilt in one checked
+        pass (:func:`~npystore.read.index.rebuild_index`) and the range read again.
+        """
+        index = self._slot.get()
+        try:
+            return self._read(start, stop)
+        except FormatError as exc:
+            if not isinstance(index, CachedIndex) or self.resumed_at == 0:
+                raise
+            why = f"resuming from it failed: {exc}"
+            rebuild_index(self._reader, self._member, self._slot, index, why)
+        self._restart(_START)  # the next read resumes from the new index's checkpoint
+        return self._read(start, stop)
+
+    def _read(self, start: int, stop: int) -> bytes:
         stop = min(stop, self._member.uncompressed_size)
         if start >= stop:
             return b""

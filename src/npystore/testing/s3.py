@@ -34,7 +34,7 @@ from npystore.testing.counting import RequestCounter
 if TYPE_CHECKING:
     from s3fs import S3FileSystem
 
-__all__ = ["LocalS3", "S3Sandbox", "s3_url", "split_s3_url"]
+__all__ = ["LocalS3", "S3Endpoint", "S3Sandbox", "s3_url", "split_s3_url"]
 
 _SUB_DICT_OPTIONS = ("client_kwargs", "config_kwargs", "s3_additional_kwargs")
 
@@ -127,140 +127,32 @@ def _stop_promptly(server: Any) -> None:
         waker.join(timeout=5)
 
 
-class LocalS3:
-    """An in-process S3 server (moto) on a loopback port.
+class S3Endpoint:
+    """The client side of a local S3 server: options, filesystems, buckets and objects.
 
-    Use it as a context manager, or call :meth:`start` and :meth:`stop`.
-    Nothing global is configured: clients get the fixed fake credentials
-    (:attr:`KEY`, :attr:`SECRET`) and region (:attr:`REGION`) explicitly,
-    through :meth:`storage_options`, :meth:`filesystem` and :meth:`client`.
-
-    Parameters
-    ----------
-    host : str, default "127.0.0.1"
-        Address to bind. Keep it on loopback.
-    port : int, default 0
-        Port to bind; 0 picks a free one (read it back from
-        :attr:`endpoint_url`).
-    quiet : bool, default True
-        Hide werkzeug's one-line-per-request INFO log while the server runs
-        (a filter on the ``"werkzeug"`` logger, removed again by :meth:`stop`).
-
-    Notes
-    -----
-    moto keeps its state in process-global backends, so every ``LocalS3`` in
-    one process (and any ``moto.mock_aws`` in it) sees the same buckets. Use
-    distinct bucket names; :meth:`create_bucket` makes unique ones.
-
-    Filesystems made by :meth:`filesystem` and :meth:`sandbox` share one
-    aiobotocore session (so botocore's service models are parsed once, not per
-    filesystem); it is set on the instance, so :meth:`storage_options` stay
-    plain and picklable.
-
-    Examples
-    --------
-    >>> with LocalS3() as server:  # doctest: +SKIP
-    ...     bucket = server.create_bucket()
-    ...     url = server.put(s3_url(bucket, "a.bin"), b"hello")
-    ...     server.filesystem().cat_file(url)
-    b'hello'
+    :class:`LocalS3` (moto, in this process) and
+    :class:`~npystore.testing.seaweed.SeaweedS3` (SeaweedFS, a child process) are its
+    servers; a subclass sets :attr:`_endpoint_url` while it runs, and may override the
+    credentials (:attr:`KEY`, :attr:`SECRET`, :attr:`REGION`) and :attr:`CONFIG` (extra
+    ``config_kwargs`` of every filesystem).
     """
 
     KEY: ClassVar[str] = "testing"
     SECRET: ClassVar[str] = "testing"
     REGION: ClassVar[str] = "us-east-1"
+    #: botocore ``config_kwargs`` every filesystem of this server gets (none for moto).
+    CONFIG: ClassVar[dict[str, Any]] = {}
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, quiet: bool = True) -> None:
-        self.host = host
-        self.port = port
-        self.quiet = quiet
-        self._server: Any = None
+    def __init__(self) -> None:
         self._endpoint_url: str | None = None
         self._client: Any = None
         self._aio_session: Any = None
         self._lock = threading.Lock()
-        self._log_filter: logging.Filter | None = None
-
-    # lifecycle ----------------------------------------------------------------
-
-    def start(self) -> Self:
-        """Start the server thread; a no-op if it is already running.
-
-        Returns
-        -------
-        LocalS3
-            ``self``, so that ``server = LocalS3().start()`` works.
-
-        Raises
-        ------
-        OSError
-            If an explicit `port` is already taken.
-        """
-        with self._lock:
-            if self._server is not None:
-                return self
-            from moto.server import ThreadedMotoServer  # noqa: PLC0415 (keep imports cheap)
-
-            if self.port:
-                # ThreadedMotoServer.start() would wait forever if binding fails
-                # in its thread, so fail early here instead.
-                family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-                with socket.socket(family, socket.SOCK_STREAM) as probe:
-                    probe.bind((self.host, self.port))
-            if self.quiet:
-                self._log_filter = _DropBelowWarning()
-                logging.getLogger("werkzeug").addFilter(self._log_filter)
-            server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
-            try:
-                server.start()
-                host, port = server.get_host_and_port()
-            except BaseException:
-                self._remove_log_filter()
-                raise
-            host_part = f"[{host}]" if ":" in host else host
-            self._endpoint_url = f"http://{host_part}:{port}"
-            self._server = server
-        return self
-
-    def stop(self) -> None:
-        """Stop the server and close the cached boto3 client; idempotent."""
-        with self._lock:
-            server, self._server = self._server, None
-            client, self._client = self._client, None
-            self._endpoint_url = None
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    client.close()
-            try:
-                if server is not None:
-                    _stop_promptly(server)
-            finally:
-                self._remove_log_filter()
-
-    def _remove_log_filter(self) -> None:
-        if self._log_filter is not None:
-            logging.getLogger("werkzeug").removeFilter(self._log_filter)
-            self._log_filter = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        state = self._endpoint_url or "stopped"
-        return f"<LocalS3 {state}>"
 
     @property
     def running(self) -> bool:
-        """Whether the server thread is running."""
-        return self._server is not None
+        """Whether the server is running."""
+        return self._endpoint_url is not None
 
     @property
     def endpoint_url(self) -> str:
@@ -273,7 +165,7 @@ class LocalS3:
         """
         if self._endpoint_url is None:
             raise RuntimeError(
-                "LocalS3 is not running; call start() or use it as a context manager"
+                f"{type(self).__name__} is not running; call start() or use it as a context manager"
             )
         return self._endpoint_url
 
@@ -300,6 +192,8 @@ class LocalS3:
             "secret": self.SECRET,
             "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": self.REGION},
         }
+        if self.CONFIG:
+            options["config_kwargs"] = dict(self.CONFIG)
         for name, value in extra.items():
             current = options.get(name)
             if (
@@ -364,6 +258,7 @@ class LocalS3:
         with self._lock:
             if self._client is None:
                 import boto3  # noqa: PLC0415 (keep imports cheap)
+                from botocore.config import Config  # noqa: PLC0415
 
                 self._client = boto3.client(
                     "s3",
@@ -371,6 +266,7 @@ class LocalS3:
                     aws_access_key_id=self.KEY,
                     aws_secret_access_key=self.SECRET,
                     region_name=self.REGION,
+                    config=Config(**self.CONFIG),
                 )
             return self._client
 
@@ -460,12 +356,6 @@ class LocalS3:
             self.client().put_object(Bucket=bucket, Key=key, Body=stream)
         return s3_url(bucket, key)
 
-    def reset(self) -> None:
-        """Wipe all of moto's in-memory state (every bucket, in every ``LocalS3``)."""
-        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
-        with urllib.request.urlopen(request, timeout=10) as response:
-            response.read()
-
     def sandbox(self, bucket: str | None = None, **fs_extra: Any) -> S3Sandbox:
         """Create a bucket plus a filesystem and an attached request counter.
 
@@ -487,6 +377,136 @@ class LocalS3:
 
         fs = self._share_session(s3fs.S3FileSystem(**options))
         return S3Sandbox(self, name, fs, options, RequestCounter.attach(fs))
+
+
+class LocalS3(S3Endpoint):
+    """An in-process S3 server (moto) on a loopback port.
+
+    Use it as a context manager, or call :meth:`start` and :meth:`stop`.
+    Nothing global is configured: clients get the fixed fake credentials
+    (:attr:`KEY`, :attr:`SECRET`) and region (:attr:`REGION`) explicitly,
+    through :meth:`storage_options`, :meth:`filesystem` and :meth:`client`.
+
+    Parameters
+    ----------
+    host : str, default "127.0.0.1"
+        Address to bind. Keep it on loopback.
+    port : int, default 0
+        Port to bind; 0 picks a free one (read it back from
+        :attr:`endpoint_url`).
+    quiet : bool, default True
+        Hide werkzeug's one-line-per-request INFO log while the server runs
+        (a filter on the ``"werkzeug"`` logger, removed again by :meth:`stop`).
+
+    Notes
+    -----
+    moto keeps its state in process-global backends, so every ``LocalS3`` in
+    one process (and any ``moto.mock_aws`` in it) sees the same buckets. Use
+    distinct bucket names; :meth:`create_bucket` makes unique ones.
+
+    Filesystems made by :meth:`filesystem` and :meth:`sandbox` share one
+    aiobotocore session (so botocore's service models are parsed once, not per
+    filesystem); it is set on the instance, so :meth:`storage_options` stay
+    plain and picklable.
+
+    Examples
+    --------
+    >>> with LocalS3() as server:  # doctest: +SKIP
+    ...     bucket = server.create_bucket()
+    ...     url = server.put(s3_url(bucket, "a.bin"), b"hello")
+    ...     server.filesystem().cat_file(url)
+    b'hello'
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, quiet: bool = True) -> None:
+        super().__init__()
+        self.host = host
+        self.port = port
+        self.quiet = quiet
+        self._server: Any = None
+        self._log_filter: logging.Filter | None = None
+
+    # lifecycle ----------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Start the server thread; a no-op if it is already running.
+
+        Returns
+        -------
+        LocalS3
+            ``self``, so that ``server = LocalS3().start()`` works.
+
+        Raises
+        ------
+        OSError
+            If an explicit `port` is already taken.
+        """
+        with self._lock:
+            if self._server is not None:
+                return self
+            from moto.server import ThreadedMotoServer  # noqa: PLC0415 (keep imports cheap)
+
+            if self.port:
+                # ThreadedMotoServer.start() would wait forever if binding fails
+                # in its thread, so fail early here instead.
+                family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+                with socket.socket(family, socket.SOCK_STREAM) as probe:
+                    probe.bind((self.host, self.port))
+            if self.quiet:
+                self._log_filter = _DropBelowWarning()
+                logging.getLogger("werkzeug").addFilter(self._log_filter)
+            server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
+            try:
+                server.start()
+                host, port = server.get_host_and_port()
+            except BaseException:
+                self._remove_log_filter()
+                raise
+            host_part = f"[{host}]" if ":" in host else host
+            self._endpoint_url = f"http://{host_part}:{port}"
+            self._server = server
+        return self
+
+    def stop(self) -> None:
+        """Stop the server and close the cached boto3 client; idempotent."""
+        with self._lock:
+            server, self._server = self._server, None
+            client, self._client = self._client, None
+            self._endpoint_url = None
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.close()
+            try:
+                if server is not None:
+                    _stop_promptly(server)
+            finally:
+                self._remove_log_filter()
+
+    def _remove_log_filter(self) -> None:
+        if self._log_filter is not None:
+            logging.getLogger("werkzeug").removeFilter(self._log_filter)
+            self._log_filter = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = self._endpoint_url or "stopped"
+        return f"<LocalS3 {state}>"
+
+    def reset(self) -> None:
+        """Wipe all of moto's in-memory state (every bucket, in every ``LocalS3``)."""
+        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
 
 
 # -------------------------------------------------------------------- the sandbox
@@ -515,7 +535,7 @@ class S3Sandbox:
 
     def __init__(
         self,
-        server: LocalS3,
+        server: S3Endpoint,
         bucket: str,
         fs: S3FileSystem,
         storage_options: dict[str, Any],

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-__all__ = ["CliError", "byte_size", "chunk_spec", "is_url", "parse_slice", "parse_storage_options",
+__all__ = ["OUTPUT_KINDS", "CliError", "byte_size", "chunk_spec", "depth", "is_url",
+           "missing_parent", "output_kind", "parse_slice", "parse_storage_options",
            "positive_int", "split_member"]  # fmt: skip
 
 _MEMBER_SUFFIX: Final = re.compile(r"\.(npz|mat)$", re.IGNORECASE)
@@ -161,6 +163,58 @@ def parse_slice(text: str) -> tuple[Any, ...]:
 def is_url(path: str) -> bool:
     """Whether ``path`` is an fsspec URL or chain (written through fsspec), not a local path."""
     return ("://" in path or "::" in path) and not path.startswith("file://")
+
+
+#: What ``convert`` writes, by the output name's extension.
+OUTPUT_KINDS: Final = {"npy": "npy", "npz": "npz", "zarr": "zarr", "": "zarr"}
+
+
+def output_kind(out: str) -> str:
+    """What ``convert`` writes to ``out``: ``"npy"``, ``"npz"`` (npystore's writers) or
+    ``"zarr"`` (a Zarr v3 group: a name ending in ``.zarr`` or without an extension).
+
+    Raises
+    ------
+    ValueError
+        A chained URL (``zip::...``, ``simplecache::s3://...``) or another extension
+        (``.zip``, ``.h5``, ...), with what is accepted.
+    """
+    accepted = (
+        "convert writes a Zarr group (a directory or URL ending in .zarr, or without an "
+        "extension), an .npy or an .npz file"
+    )
+    if "::" in out:
+        raise ValueError(
+            f"{out}: chained URLs cannot be written to; {accepted}, at a local path or a "
+            f"URL such as s3://bucket/out.zarr"
+        )
+    name = out.rstrip("/").rsplit("/", 1)[-1]
+    ext = name.rpartition(".")[2] if "." in name[1:] else ""
+    # .npy/.npz as numpy spells them (numpy.save would append ".npy" to "x.NPY")
+    kind = OUTPUT_KINDS.get(ext if ext.lower() != "zarr" else "zarr")
+    if kind is None:
+        raise ValueError(f"{out}: unknown output extension '.{ext}'; {accepted}")
+    return kind
+
+
+def missing_parent(out: str) -> str | None:
+    """The directory a local output ``out`` would be made in, when it does not exist
+    (``convert``, like ``numpy.save``, makes no parent directories); None otherwise and for
+    URLs."""
+    if is_url(out):
+        return None
+    path = out.removeprefix("file://").rstrip("/") or "/"
+    parent = os.path.dirname(path) or "."
+    return None if os.path.isdir(parent) else parent
+
+
+def depth(text: str) -> int:
+    """``info --depth``: levels listed, ``-1`` for all (an argparse ``type``)."""
+    if not _INT.fullmatch(text.strip()) or int(text) < -1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a number of levels (0, 1, 2, ...) or -1 for all"
+        )
+    return int(text)
 
 
 def positive_int(text: str) -> int:

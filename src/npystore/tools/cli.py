@@ -32,7 +32,10 @@ from npystore.tools.args import (
     CliError,
     byte_size,
     chunk_spec,
+    depth,
     is_url,
+    missing_parent,
+    output_kind,
     parse_slice,
     parse_storage_options,
     positive_int,
@@ -49,6 +52,15 @@ INTERRUPTED: Final = 130
 
 
 def _info_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, out: TextIO) -> int:
+    from npystore.tools.many import dataset_info, names_dataset, print_dataset_info  # noqa: PLC0415
+
+    if names_dataset(args.url, options):  # a glob or a folder of .npy files
+        facts = dataset_info(args.url, options)
+        if args.json:
+            print(json.dumps(facts, indent=2), file=out)
+        else:
+            print_dataset_info(facts, out)
+        return 0
     facts = info(args.url, options, args.depth)
     if args.json:
         print(json.dumps(facts, indent=2), file=out)
@@ -109,9 +121,35 @@ def _say_warnings(caught: Sequence[warnings.WarningMessage]) -> None:
 
 
 def _convert_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, out: TextIO) -> int:
-    from npystore.tools.export import export, is_numpy_output  # noqa: PLC0415
+    try:
+        kind = output_kind(args.out)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    parent = missing_parent(args.out)
+    if parent is not None:
+        raise CliError(
+            f"{args.out}: the directory {parent!r} does not exist; create it first (convert, "
+            "like numpy.save, does not create directories)"
+        )
+    from npystore.tools.many import convert_dataset, names_dataset  # noqa: PLC0415
 
-    if is_numpy_output(args.out):  # .npy / .npz by extension: npystore's own writers
+    if names_dataset(args.url, options):  # a glob or a folder of .npy files: one array
+        chunks = [c for c in args.chunks or () if "=" not in c]
+        written, shape, nbytes = convert_dataset(
+            args.url,
+            args.out,
+            storage_options=options,
+            out_storage_options=_out_options(args, options) if is_url(args.out) else None,
+            chunks=chunk_spec(chunks[-1]) if chunks else None,
+            name=args.name,
+        )
+        print(f"{written}: one array of shape {shape}, {nbytes} bytes", file=out)
+        return 0
+    if kind in ("npy", "npz"):  # npystore's own writers
+        from npystore.tools.export import export  # noqa: PLC0415
+
+        if kind == "npz" and args.level is not None and not 1 <= args.level <= 9:
+            raise CliError(f"--level {args.level}: an .npz output takes 1 (fastest) to 9")
         done = export(
             args.url,
             args.out,
@@ -119,6 +157,7 @@ def _convert_cmd(args: argparse.Namespace, options: Mapping[str, Any] | None, ou
             out_storage_options=_out_options(args, options) if is_url(args.out) else None,
             name=args.name,
             compress=args.compressor != "none",
+            level=args.level,
         )
         print(f"{done.out}: {len(done.arrays)} arrays, {done.nbytes} bytes", file=out)
         return 0
@@ -194,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument(
         "--depth",
-        type=int,
+        type=depth,
         default=None,
         help="levels of struct/cell contents listed for .mat (-1: all; default: what the "
         "headers hold: all for v7.3, none for v5/v4, whose contents are data)",
@@ -256,8 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "out",
         metavar="OUT",
-        help="output group (directory or fsspec URL), or a file ending in .npy or .npz "
-        "(written by npystore.save / savez_compressed; --compressor none: savez)",
+        help="output Zarr group (a directory or fsspec URL ending in .zarr or without an "
+        "extension), or a file ending in .npy or .npz (written by npystore.save / "
+        "savez_compressed; --compressor none: savez); its directory must exist",
     )
     p.add_argument("--name", help="array name for an .npy source (default: the file name)")
     p.add_argument(
@@ -268,7 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
         "ARRAY= for one array (repeatable)",
     )
     p.add_argument("--compressor", choices=("zstd", "blosc", "gzip", "none"), default="zstd")
-    p.add_argument("--level", type=int, help="compression level (zstd 3, blosc 5, gzip 5)")
+    p.add_argument(
+        "--level",
+        type=int,
+        help="compression level (zstd 3, blosc 5, gzip 5; an .npz output: 1-9, default 6)",
+    )
     p.add_argument(
         "--workers", type=positive_int, help="writer threads (default: CPUs, at least 4)"
     )

@@ -4,7 +4,8 @@ Run it with ``python -m npystore.tools.demo``. It starts moto's S3 server on 127
 few realistic arrays with ``numpy.save`` (a daily temperature cube, a Fortran-ordered
 big-endian image stack, a table of structured event records), uploads them, and then opens
 them with npystore: header, lazy open, a slice and a full reduction, each checked against
-``numpy.load`` of the same file and reported with the number of S3 requests and bytes moved.
+``numpy.load`` of the same file and reported with the number of S3 requests and bytes moved,
+in a table of at most 100 columns followed by what each row shows (:data:`LEGEND`).
 
 Needs the ``demo`` extra (``pip install 'npystore[demo]'``).
 """
@@ -15,15 +16,19 @@ import argparse
 import functools
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 import npystore
+
+#: The widest line of the report.
+WIDTH: Final = 100
 
 
 @dataclass
@@ -165,7 +170,8 @@ def _demo_file(sandbox: Any, name: str, path: Path, url: str, steps: list[Step])
     lazy, n, b, s = _measure(
         sandbox.counter, functools.partial(npystore.open_npy, url, storage_options=opts)
     )
-    steps.append(Step(name, "open_npy (lazy)", n, b, s, f"{lazy.npartitions} chunks"))
+    chunks = f"{lazy.npartitions} chunk{'s' if lazy.npartitions != 1 else ''}"
+    steps.append(Step(name, "open_npy (lazy)", n, b, s, chunks))
 
     part, n, b, s = _measure(sandbox.counter, lazy[key].compute)
     same_part = bool(np.array_equal(part, expected[key]))
@@ -180,7 +186,11 @@ def _demo_file(sandbox: Any, name: str, path: Path, url: str, steps: list[Step])
 
 
 def _demo_npz(sandbox: Any, name: str, path: Path, url: str, steps: list[Step]) -> bool:
-    """Open a savez_compressed archive, list its members, index one and slice it."""
+    """Open a savez_compressed archive, list its members, index one and slice it; then slice
+    it again as a new process would (nothing kept in memory, the index from the disk
+    cache)."""
+    from npystore.read import memo  # noqa: PLC0415 - to show a new process's cost
+
     opts = sandbox.storage_options
     size = path.stat().st_size
     expected = np.load(path)
@@ -189,16 +199,26 @@ def _demo_npz(sandbox: Any, name: str, path: Path, url: str, steps: list[Step]) 
     )
     steps.append(Step(name, "open_npz", n, b, s, f"{len(z)} members: {', '.join(z.files)}"))
     headers, n, b, s = _measure(sandbox.counter, lambda: z.headers)
-    shapes = ", ".join(f"{k} {h.shape}" for k, h in headers.items())
-    steps.append(Step(name, "member headers", n, b, s, shapes))
+    steps.append(Step(name, "member headers", n, b, s, f"{len(headers)} headers, one batch"))
     _, n, b, s = _measure(sandbox.counter, functools.partial(z.build_index, "temperature"))
     steps.append(Step(name, "index 'temperature'", n, b, s, f"{b / size:.2f}x the archive"))
     key = (-1, slice(30, 60))
+    want = expected["temperature"][key]
     part, n, b, s = _measure(sandbox.counter, z["temperature"][key].compute)
-    same = bool(np.array_equal(part, expected["temperature"][key]))
+    same = bool(np.array_equal(part, want))
     verdict = "equals" if same else "DIFFERS FROM"
-    steps.append(Step(name, f"slice temperature{_key_text(key)}", n, b, s, f"{verdict} numpy.load"))
-    return same
+    steps.append(Step(name, f"slice {_key_text(key)}", n, b, s, f"{verdict} numpy.load"))
+    memo.forget()  # what this process kept of the member: a new process has none of it
+
+    def fresh() -> Any:
+        again = npystore.open_npz(url, storage_options=opts)
+        return again["temperature"][key].compute()
+
+    part, n, b, s = _measure(sandbox.counter, fresh)
+    same_fresh = bool(np.array_equal(part, want))
+    verdict = "equals" if same_fresh else "DIFFERS FROM"
+    steps.append(Step(name, f"reopen, slice {_key_text(key)}", n, b, s, f"{verdict} numpy.load"))
+    return same and same_fresh
 
 
 def _key_text(key: Any) -> str:
@@ -212,19 +232,63 @@ def _key_text(key: Any) -> str:
     return "[" + ", ".join(text) + "]"
 
 
+#: What each kind of row shows (printed under the table).
+LEGEND: Final = (
+    ("read_header", "the first bytes of the file, one request: dtype, shape, order"),
+    (
+        "open_npy (lazy)",
+        "the header again and a dask graph, no data (the first call also imports dask)",
+    ),
+    ("slice [...]", "only the bytes of the selected elements"),
+    ("mean, max ...", "a reduction over the whole array: the file once, chunks in parallel"),
+    ("open_npz", "the archive's directory, read from its end in one request"),
+    ("member headers", "the .npy header of every member, in one concurrent batch"),
+    (
+        "index 'temperature'",
+        "one pass over the deflated member: checkpoints every few MiB, so a slice inflates "
+        "from the nearest one (kept on disk for later sessions); the compressed bytes stay "
+        "in this process's memory",
+    ),
+    (
+        "slice (after index)",
+        "served from those bytes in memory: no request",
+    ),
+    (
+        "reopen, slice",
+        "the same slice as a new process pays for it: the memory dropped "
+        "(npystore.read.memo.forget()), the archive opened again, the index taken from the "
+        "disk cache, and only the compressed bytes from the nearest checkpoint fetched",
+    ),
+)
+
+
 def _report(steps: list[Step], out: Any) -> None:
-    headers = ("file", "action", "requests", "bytes moved", "seconds", "result")
-    rows = [
-        (s.file, s.action, str(s.requests), f"{s.nbytes:,}", f"{s.seconds:.3f}", s.check)
-        for s in steps
-    ]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    """The table, one group of rows per file, at most :data:`WIDTH` columns; then
+    :data:`LEGEND`."""
+    result_width = WIDTH - (2 + 30 + 9 + 14 + 9 + 2)
     print("", file=out)
-    print(line, file=out)
-    print("-" * len(line), file=out)
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)), file=out)
+    head = f"  {'step':<30}{'requests':>9}{'bytes moved':>14}{'seconds':>9}  result"
+    current = None
+    for step in steps:
+        if step.file != current:
+            current = step.file
+            print(f"{step.file}", file=out)
+            print(head, file=out)
+        lines = textwrap.wrap(step.check, result_width) or [""]
+        action = step.action if len(step.action) <= 29 else step.action[:28] + "~"
+        print(
+            f"  {action:<30}{step.requests:>9}{step.nbytes:>14,}{step.seconds:>9.3f}  {lines[0]}",
+            file=out,
+        )
+        for more in lines[1:]:
+            print(" " * (WIDTH - result_width) + more, file=out)
+    print("", file=out)
+    print("What each row shows:", file=out)
+    for label, text in LEGEND:
+        wrapped = textwrap.wrap(
+            text, WIDTH, initial_indent=f"  {label}: ", subsequent_indent=" " * 4
+        )
+        print("\n".join(wrapped), file=out)
     print("", file=out)
 
 

@@ -19,11 +19,13 @@ from npystore.faces.dask import to_dask
 from npystore.faces.tree.build import file_nodes
 from npystore.faces.tree.nodes import ArrayNode
 from npystore.fetch import open_reader
+from npystore.formats.deflate_write import DEFAULT_LEVEL
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
-from npystore.tools.args import CliError
-from npystore.write import save, savez, savez_compressed
+from npystore.tools.args import CliError, output_kind
+from npystore.write import save
+from npystore.write.npz import write_archive
 
-__all__ = ["ExportResult", "export", "is_numpy_output"]
+__all__ = ["ExportResult", "export"]
 
 
 @dataclass(frozen=True)
@@ -42,11 +44,6 @@ def _size(node: ArrayNode) -> int:
     return n
 
 
-def is_numpy_output(out: str) -> bool:
-    """Whether ``out`` names an ``.npy`` or ``.npz`` file (by its extension)."""
-    return out.lower().endswith((".npy", ".npz"))
-
-
 def export(
     url: str,
     out: str,
@@ -55,6 +52,7 @@ def export(
     out_storage_options: Mapping[str, Any] | None = None,
     name: str | None = None,
     compress: bool = True,
+    level: int | None = None,
 ) -> ExportResult:
     """Write the arrays of ``url`` into the ``.npy`` or ``.npz`` file ``out``.
 
@@ -70,6 +68,9 @@ def export(
         For an ``.npy`` output from a file with several arrays: the one to write.
     compress : bool
         ``.npz`` members deflated (default) or stored.
+    level : int, optional
+        ``compresslevel`` of the deflated members (1-9, default 6; see
+        :func:`npystore.savez_compressed`).
 
     Raises
     ------
@@ -82,7 +83,11 @@ def export(
     stem = os.path.splitext(os.path.basename(url.rstrip("/")))[0] or "array"
     arrays = {(path or stem): node for path, node in nodes.items() if isinstance(node, ArrayNode)}
     options = out_storage_options if out_storage_options is not None else storage_options
-    if out.lower().endswith(".npy"):
+    try:
+        kind = output_kind(out)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    if kind == "npy":
         if name is not None:
             if name not in arrays:
                 raise CliError(f"{url}: no array {name!r}; it holds {sorted(arrays)}")
@@ -94,10 +99,15 @@ def export(
             )
         ((_key, node),) = arrays.items()
         save(out, to_dask(node.array), storage_options=options)
-    elif out.lower().endswith(".npz"):
+    elif kind == "npz":
         dask_arrays = {key: to_dask(node.array) for key, node in arrays.items()}
-        write = savez_compressed if compress else savez
-        write(out, storage_options=options, **dask_arrays)
+        write_archive(
+            out,
+            dask_arrays,
+            compress=compress,
+            storage_options=options,
+            level=DEFAULT_LEVEL if level is None else level,
+        )
     else:
         raise CliError(f"{out}: expected an output ending in .npy or .npz")
     total = sum(node.array.layout.dtype.itemsize * _size(node) for node in arrays.values())

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any, Final, TextIO
 
-__all__ = ["Progress", "format_duration", "format_size"]
+__all__ = ["CountProgress", "Progress", "format_duration", "format_size"]
 
 #: Seconds between two lines when the stream is not a terminal.
 LINE_INTERVAL: Final = 10.0
@@ -61,6 +61,8 @@ class Progress:
         Where to write (default ``sys.stderr``).
     interval : float
         Seconds between two lines when ``file`` is not a terminal.
+    unit : str
+        The unit of ``total_bytes`` (default ``"B"``, bytes; e.g. ``"file"`` to count files).
     """
 
     def __init__(
@@ -71,7 +73,9 @@ class Progress:
         *,
         file: TextIO | None = None,
         interval: float = LINE_INTERVAL,
+        unit: str = "B",
     ) -> None:
+        self.unit = unit
         self.total_items = total_items
         self.total_bytes = total_bytes
         self.description = description
@@ -92,8 +96,8 @@ class Progress:
             else:
                 self._bar = tqdm(
                     total=total_bytes,
-                    unit="B",
-                    unit_scale=True,
+                    unit=unit,
+                    unit_scale=unit == "B",
                     unit_divisor=1024,
                     desc=description,
                     file=self.file,
@@ -138,11 +142,11 @@ class Progress:
         elapsed = max(now - self._start, 1e-9)
         rate = self.nbytes / elapsed
         share = self.nbytes / self.total_bytes if self.total_bytes else 1.0
+        size = format_size if self.unit == "B" else self._count
         parts = [
-            f"{self.description}: {format_size(self.nbytes)} of {format_size(self.total_bytes)} "
-            f"({share:.0%})",
+            f"{self.description}: {size(self.nbytes)} of {size(self.total_bytes)} ({share:.0%})",
             f"{self.items} of {self.total_items} chunks",
-            f"{format_size(rate)}/s",
+            f"{size(rate)}/s",
         ]
         if 0 < self.nbytes < self.total_bytes:
             parts.append(f"ETA {format_duration((self.total_bytes - self.nbytes) / rate)}")
@@ -150,5 +154,57 @@ class Progress:
             parts.append(f"elapsed {format_duration(elapsed)}")
         return ", ".join(parts)
 
+    def _count(self, n: float) -> str:
+        return f"{n:.0f} {self.unit}s" if n >= 10 else f"{n:.1f} {self.unit}s"
+
     def _write_line(self, now: float) -> None:
         print(self._text(now), file=self.file, flush=True)
+
+
+class CountProgress:
+    """A bar over a count of things (files opened), shown on a terminal for long lists only.
+
+    :meth:`start` is told how many there are and returns the callback to report each batch
+    done (None: no bar: too few, or ``file`` is not a terminal); :meth:`close` ends the bar.
+
+    Parameters
+    ----------
+    description : str
+        What is being done (the bar's label).
+    minimum : int
+        Fewest things worth a bar.
+    file : text stream, optional
+        Where to draw (default ``sys.stderr``).
+    """
+
+    def __init__(self, description: str, *, minimum: int = 256, file: TextIO | None = None):
+        self.description = description
+        self.minimum = minimum
+        self.file = file if file is not None else sys.stderr
+        self._progress: Progress | None = None
+
+    def start(self, count: int) -> Any:
+        """The callback ``done(n)`` for ``count`` things, or None for no bar."""
+        isatty = getattr(self.file, "isatty", None)
+        if count < self.minimum or isatty is None or not isatty():
+            return None
+        progress = self._progress = Progress(
+            count, count, self.description, file=self.file, unit="file"
+        )
+
+        def done(n: int) -> None:
+            progress.update(n, n)
+
+        return done
+
+    def close(self) -> None:
+        """End the bar, if one was drawn."""
+        if self._progress is not None:
+            self._progress.close()
+            self._progress = None
+
+    def __enter__(self) -> CountProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

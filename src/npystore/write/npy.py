@@ -10,24 +10,41 @@ plus the data in order), so each part is written by the dask task that makes it:
   its bytes. Under dask.distributed those tasks run on the workers, which upload their
   own parts: only part numbers and ETags travel back to the client, which completes the
   upload. On dask's threaded scheduler, :attr:`Sink.concurrency` threads run them.
+  The uploads go in ascending order with a bounded lookahead (:attr:`Sink.ordered`):
+  part ``n`` starts only once part ``n - concurrency`` is uploaded, so at most
+  ``concurrency`` parts are in flight and the lowest part not yet uploaded is always
+  among them or free to start. A server that takes parts only in order (rclone's
+  ``serve s3`` holds a part until the ones before it arrived, within a buffer) never
+  waits on a part that no thread will start, which dask's own order allowed.
 
-Any failure aborts the sink: nothing appears at the URL.
+An open file object is written in order from its position instead (the slabs computed a
+window at a time, as an archive's are), as ``numpy.save`` writes it. Any failure aborts the
+sink: nothing appears at the URL.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
+import os
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import IO, Any, Final
 
 import dask.threaded
 import numpy as np
 from dask.base import get_scheduler
 from dask.delayed import delayed
 
-from npystore.fetch.sink import Receipt, Sink, open_sink
-from npystore.write.source import Source, as_source, block_bytes, compute_named
+from npystore.fetch.sink import Receipt, Sink
+from npystore.write.source import (
+    Source,
+    as_source,
+    block_bytes,
+    compute_named,
+    in_order,
+    open_target,
+    target_name,
+)
 
 __all__ = ["PART_SIZE", "part_size", "save"]
 
@@ -55,9 +72,11 @@ def _write_part(
     pieces: list[tuple[int, int, int, Any, Any]],
     blocks: list[Any],
     dtype: Any,
+    after: Receipt | None = None,
 ) -> Receipt:
     """Gather bytes ``[start, stop)`` of the file (header bytes, then block slices) and
-    write them as part ``number``."""
+    write them as part ``number`` (``after``: the receipt of the part this one waits for,
+    only a dependency of the graph)."""
     buf = np.empty(stop - start, np.uint8)
     buf[: len(head)] = np.frombuffer(head, np.uint8)
     for (at, lo, hi, shape, where), block in zip(pieces, blocks, strict=True):
@@ -66,8 +85,31 @@ def _write_part(
     return sink.write(number, start, buf)
 
 
+def _raw(
+    head: bytes, block: Any, meta: tuple[Any, Any, str] | None, final: bool, start: int
+) -> list[Any]:
+    """A slab's bytes (the header before the first) as buffers to write in order."""
+    pieces: list[Any] = [head] if head else []
+    if meta is not None:
+        pieces.append(block_bytes(block, *meta))
+    return pieces
+
+
+def write_npy_in_order(sink: Sink, src: Source) -> list[Receipt]:
+    """Write ``src`` into a sequential sink (a file object), slab after slab."""
+    receipts: list[Receipt] = []
+    offset = 0
+    for pieces in in_order(src, sink.url, _raw):
+        for data in pieces:
+            receipts.append(sink.write(len(receipts) + 1, offset, data))
+            offset += memoryview(data).nbytes
+    return receipts
+
+
 def write_npy(sink: Sink, src: Source) -> list[Receipt]:
     """Write ``src`` into ``sink`` (not committed); the parts' receipts."""
+    if sink.sequential:
+        return write_npy_in_order(sink, src)
     x = src.data
     keys = x.to_delayed(optimize_graph=True).ravel().tolist()  # type: ignore[no-untyped-call]
     indices = list(np.ndindex(*x.numblocks))
@@ -103,7 +145,11 @@ def write_npy(sink: Sink, src: Source) -> list[Receipt]:
                     )
                     blocks.append(keys[k])
             piece_head = head[start:stop] if start < len(head) else b""
-            tasks.append(part(sink, number, start, stop, piece_head, pieces, blocks, x.dtype))
+            window = max(1, sink.concurrency)
+            after = tasks[number - 1 - window] if sink.ordered and number > window else None
+            tasks.append(
+                part(sink, number, start, stop, piece_head, pieces, blocks, x.dtype, after)
+            )
     kwargs: dict[str, Any] = {}
     # no scheduler configured (None) means dask's default for arrays, the threaded one: it
     # would run as many part uploads at once as there are cores
@@ -112,26 +158,42 @@ def write_npy(sink: Sink, src: Source) -> list[Receipt]:
     return receipts + compute_named(tasks, sink.url, **kwargs)
 
 
-def save(url: str, array: Any, *, storage_options: Mapping[str, Any] | None = None) -> None:
+def save(
+    url: str | os.PathLike[str] | IO[bytes],
+    array: Any,
+    *,
+    durable: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+) -> None:
     """Write ``array`` to ``url`` as ``numpy.save`` would, in parallel and atomically.
 
     Parameters
     ----------
-    url : str
-        Local path or any fsspec URL (``s3://...``).
+    url : str, os.PathLike or file object
+        Local path, any fsspec URL (``s3://...``), or an open binary file object. A local
+        path that does not end in ``.npy`` gets it appended, as ``numpy.save`` does; a URL
+        (``://``) is written as given. A file object is written from its position, in order
+        (not atomically: a failure leaves what was written), as ``numpy.save`` writes it.
     array : numpy.ndarray, dask.array.Array or array-like
         The array. A numpy array's bytes are exactly ``numpy.save``'s (Fortran order
         kept); a dask array is written in C order, as ``numpy.save(numpy.asarray(x))``.
+    durable : bool
+        Local files: ``fsync`` the file before it is renamed into place and its directory
+        after, so that it survives a power loss once ``save`` returns. Off by default, as
+        ``numpy.save`` (the rename is atomic either way: readers see the old file or the
+        new one, never a part).
     storage_options : mapping, optional
         fsspec's ``storage_options`` for the URL.
 
     Raises
     ------
     UnsupportedError
-        An object array (also a :class:`TypeError`); nothing is written.
+        An object array (also a :class:`TypeError`), a masked array; nothing is written.
     WriteError
         A block failed (the error names it; the original exception is chained); nothing
         appears at the URL, and a local file keeps its previous content.
+    FetchError
+        An S3 request failed (the error names the URL and the step).
 
     Examples
     --------
@@ -141,8 +203,8 @@ def save(url: str, array: Any, *, storage_options: Mapping[str, Any] | None = No
     ...     np.asfortranarray(np.eye(3, dtype=">i2"))) or open("/tmp/doc_np.npy", "rb").read())
     True
     """
-    src = as_source(array, str(url))
-    sink = open_sink(str(url), storage_options, size=src.size)
+    src = as_source(array, target_name(url, ".npy"))
+    sink = open_target(url, ".npy", storage_options, src.size, durable=durable)
     try:
         receipts = write_npy(sink, src)
         sink.commit(receipts, src.size)

@@ -37,7 +37,9 @@ from npystore.faces.refs.budget import MAX_INLINE, InlineBudget, OverBudget
 from npystore.faces.refs.plan import ArrayRefs, plan_array
 from npystore.faces.tree import ArrayNode, GroupNode, Node, file_nodes
 from npystore.fetch import RangeReader, open_reader
+from npystore.fetch.fileobj import BinaryFile
 from npystore.files.zip import DEFAULT_MAX_MEMBERS
+from npystore.formats.mat5 import CharErrors
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
 
 __all__ = [
@@ -54,7 +56,7 @@ NPY_ARRAY = "data"
 
 
 def to_kerchunk(
-    url: str,
+    url: str | list[str] | tuple[str, ...],
     *,
     storage_options: Mapping[str, Any] | None = None,
     zarr_format: Literal[2, 3] = 2,
@@ -62,6 +64,7 @@ def to_kerchunk(
     max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
     max_members: int = DEFAULT_MAX_MEMBERS,
     max_inline: int = MAX_INLINE,
+    char_errors: CharErrors = "strict",
 ) -> dict[str, Any]:
     """Kerchunk version-1 references for a file (a plain JSON-serialisable dict).
 
@@ -83,10 +86,18 @@ def to_kerchunk(
     ``xarray.open_dataset(refs, engine="kerchunk")``, or with fsspec's reference file
     system and zarr (see the Zarr how-to).
 
+    Many ``.npy`` files (a list, a glob or a folder, as :func:`npystore.open_npy` takes
+    them) give one array ``data`` of the whole dataset, one chunk per file, when the files
+    are equally long along the axis but the last (an edge chunk, inlined zero-padded up
+    to ``max_inline`` bytes); otherwise an :class:`~npystore.errors.UnsupportedError`
+    says so and names :func:`npystore.to_manifest`. The references then carry npystore's
+    manifest under the key ``"npystore"``, so :func:`npystore.open_npy` reopens them with
+    every file's identity checked.
+
     Parameters
     ----------
-    url : str
-        Local path or any fsspec URL.
+    url : str or list of str
+        Local path or any fsspec URL; or many ``.npy`` files.
     storage_options : mapping, optional
         Filesystem options, as fsspec's ``storage_options``.
     zarr_format : {2, 3}
@@ -104,11 +115,15 @@ def to_kerchunk(
     max_header_size : int
         Largest npy header accepted.
     max_members : int
-        Most members an ``.npz`` archive may declare (default 1,000,000).
+        Most members an ``.npz`` archive may declare (default 100,000).
     max_inline : int
         Most inlined bytes (encoded, before base64) in all the references, 16 MiB by
         default: reserved before anything is read, so a small archive that inflates to
         gigabytes costs no more.
+    char_errors : {"strict", "replace"}
+        MAT v6/v7 char variables that are not valid UTF-8: ``"strict"`` raises
+        :class:`~npystore.errors.FormatError` naming the variable, ``"replace"`` reads each
+        invalid sequence as U+FFFD (as :func:`npystore.open_mat` and ``scipy.io.loadmat``).
 
     Returns
     -------
@@ -135,7 +150,25 @@ def to_kerchunk(
     """
     if zarr_format not in (2, 3):
         raise ValueError(f"zarr_format must be 2 or 3, got {zarr_format!r}")
-    reader, nodes = open_tree(url, storage_options, max_header_size, max_members)
+    from npystore.fetch.naming import is_folder, is_many  # noqa: PLC0415
+
+    if (
+        isinstance(url, list | tuple)
+        or is_many(url)
+        or (isinstance(url, str) and is_folder(url, storage_options))
+    ):
+        from npystore.faces.many import dataset_kerchunk  # noqa: PLC0415
+
+        if chunks is not None:
+            raise UnsupportedError(
+                "references of many files have one chunk per file: leave chunks out"
+            )
+        return dataset_kerchunk(
+            url, storage_options=storage_options, zarr_format=zarr_format,
+            max_header_size=max_header_size, max_inline=max_inline,
+        )  # fmt: skip
+    # an open file object is refused by open_tree, naming it
+    reader, nodes = open_tree(url, storage_options, max_header_size, max_members, char_errors)
     target = reader.fs.unstrip_protocol(reader.path)
     if zarr_format == 2:
         _check_v2_dtypes(nodes)
@@ -150,11 +183,12 @@ def to_kerchunk(
 
 
 def open_tree(
-    url: str,
+    url: str | BinaryFile,
     storage_options: Mapping[str, Any] | None,
     max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
     max_members: int = DEFAULT_MAX_MEMBERS,
-) -> tuple[RangeReader, dict[str, Node]]:
+    char_errors: CharErrors = "strict",
+) -> tuple[RangeReader, Mapping[str, Node]]:
     """The reader and tree of the file at ``url``; open file objects are refused
     (references point into a file by its URL)."""
     reader = open_reader(url, storage_options)
@@ -163,7 +197,10 @@ def open_tree(
             f"{reader.url}: kerchunk references point into a file by its URL; pass the "
             f"file's path or URL, not an open file object"
         )
-    return reader, file_nodes(reader, max_header_size=max_header_size, max_members=max_members)
+    nodes = file_nodes(
+        reader, max_header_size=max_header_size, max_members=max_members, char_errors=char_errors
+    )
+    return reader, nodes
 
 
 def plan_tree(

@@ -7,6 +7,17 @@ nothing inlined: an ``.npy`` is a group holding ``data``; an ``.npz`` a group wi
 array per stored member; a MAT v7.3 file one array per numeric variable (structs as
 groups), its HDF5 chunks with their filters as numcodecs codecs.
 
+VirtualiZarr's kerchunk writer (``vds.vz.to_kerchunk()``, JSON and parquet) writes Zarr v2
+metadata, which has no ``transpose`` codec, and writes the chunk of a 0-d array under a key
+Zarr never reads (``data/`` for ``data/0``, VirtualiZarr 2.5 to 2.8). So by default
+(``form="writable"``) arrays come in a form every VirtualiZarr writer takes (kerchunk JSON,
+kerchunk parquet, Icechunk): a Fortran-order array (MATLAB's matrices, ``.npy`` files saved
+in Fortran order) in its storage order, shape and dimension names reversed (``a_dim_1,
+a_dim_0``: xarray's ``transpose("a_dim_0", "a_dim_1")`` gives numpy's array), and a 0-d array
+as a 1-element 1-d array (``dim_0``). ``form="numpy"`` keeps numpy's shape (a ``transpose``
+codec, 0-d arrays): the ManifestStore and Icechunk read that, VirtualiZarr's kerchunk v2
+writer does not.
+
 npystore reads the file's metadata through its own fetch layer (``storage_options``, as
 everywhere in npystore); the registry is used by VirtualiZarr for the chunks.
 """
@@ -15,7 +26,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -35,10 +46,12 @@ except ImportError as exc:
     ) from exc
 
 from npystore.faces.dask import ChunksSpec
-from npystore.faces.refs.kerchunk import NPY_ARRAY, dimension_names, open_tree
+from npystore.faces.refs.kerchunk import NPY_ARRAY, dimension_names, open_tree, variable_name
 from npystore.faces.refs.plan import ArrayRefs, plan_array
 from npystore.faces.tree import ArrayNode, GroupNode, Node
+from npystore.faces.zarr.dtypes import bytes_codec_for, zarr_dtype_for
 from npystore.files.zip import DEFAULT_MAX_MEMBERS
+from npystore.formats.mat5 import CharErrors
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
 from npystore.read.layout import InlineExtent
 
@@ -63,6 +76,15 @@ class NpystoreParser:
         Arrays to leave out (node names, as the dataset shows them).
     max_header_size, max_members : int
         As for :func:`npystore.open`.
+    form : {"writable", "numpy"}
+        ``"writable"`` (default): arrays in a form every VirtualiZarr writer takes: a
+        Fortran-order array with more than one dimension in its storage order (shape and
+        dimension names reversed, no ``transpose`` codec), a 0-d array as a 1-element 1-d
+        array. ``"numpy"``: numpy's shape and memory order (a ``transpose`` codec for
+        Fortran order where a chunk needs one; 0-d arrays), which VirtualiZarr's kerchunk
+        writer cannot write.
+    char_errors : {"strict", "replace"}
+        As for :func:`npystore.open_mat`: MAT v6/v7 chars that are not valid UTF-8.
 
     Notes
     -----
@@ -96,12 +118,18 @@ class NpystoreParser:
         skip_variables: Iterable[str] | None = None,
         max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
         max_members: int = DEFAULT_MAX_MEMBERS,
+        form: Literal["writable", "numpy"] = "writable",
+        char_errors: CharErrors = "strict",
     ) -> None:
+        if form not in ("writable", "numpy"):
+            raise ValueError(f"form must be 'writable' or 'numpy', not {form!r}")
+        self.form = form
         self.storage_options = storage_options
         self.chunks = chunks
         self.skip_variables = frozenset(skip_variables or ())
         self.max_header_size = max_header_size
         self.max_members = max_members
+        self.char_errors: CharErrors = char_errors
 
     def __call__(self, url: str, registry: Any) -> ManifestStore:
         """The ``ManifestStore`` of the file at ``url``.
@@ -117,7 +145,9 @@ class NpystoreParser:
         -------
         virtualizarr.manifests.ManifestStore
         """
-        reader, nodes = open_tree(url, self.storage_options, self.max_header_size, self.max_members)
+        reader, nodes = open_tree(
+            url, self.storage_options, self.max_header_size, self.max_members, self.char_errors
+        )
         target = reader.fs.unstrip_protocol(reader.path)
         if isinstance(nodes[""], ArrayNode):  # an .npy file: a group holding "data"
             nodes = {"": GroupNode(dict(nodes[""].attributes)), NPY_ARRAY: nodes[""]}
@@ -139,8 +169,11 @@ class NpystoreParser:
                     f"{exc} (convert it to Zarr with `npystore convert`, or leave it out with "
                     f"NpystoreParser(skip_variables=[{path.rsplit('/', 1)[-1]!r}]))"
                 ) from exc
-            dims = dimension_names(dims_of.get(path, path), node)
-            arrays[path] = _manifest_array(refs, target, dims)
+            base = dims_of.get(path, path)
+            dims = dimension_names(base, node)
+            if self.form == "writable" and not dims:  # a 0-d array, as 1 element along dim_0
+                dims = [f"{variable_name(base, node)}_dim_0" if base else "dim_0"]
+            arrays[path] = _manifest_array(refs, target, dims, writable=self.form == "writable")
         if left_out:
             warnings.warn(
                 f"{reader.url}: {len(left_out)} array(s) left out of the virtual dataset (no byte "
@@ -151,41 +184,60 @@ class NpystoreParser:
         return ManifestStore(registry=registry, group=_group("", nodes, arrays))
 
 
-def _manifest_array(refs: ArrayRefs, target: str, dims: list[str]) -> ManifestArray:
+def _manifest_array(
+    refs: ArrayRefs, target: str, dims: list[str], *, writable: bool
+) -> ManifestArray:
     layout = refs.layout
+    shape, chunks = layout.shape, refs.chunks
+    offsets, lengths = refs.offsets, refs.lengths
     codecs: list[dict[str, Any]] = []
-    if layout.order == "F" and sum(c > 1 for c in refs.chunks) > 1:
+    if writable and layout.order == "F" and layout.ndim > 1:
+        # the storage order: a chunk's Fortran-order bytes are the C-order bytes of the
+        # chunk with its axes reversed, and so is the chunk grid
+        shape, chunks, dims = shape[::-1], chunks[::-1], dims[::-1]
+        offsets, lengths = offsets.transpose(), lengths.transpose()
+    elif writable and layout.ndim == 0:
+        # one element along one axis: kerchunk v2 writes the chunk of a 1-d array right
+        shape, chunks = (1,), (1,)
+        offsets, lengths = offsets.reshape(1), lengths.reshape(1)
+    elif layout.order == "F" and sum(c > 1 for c in chunks) > 1:
         # the bytes of a chunk with at most one axis longer than 1 are the same in C and F
         # order: no transpose codec (which VirtualiZarr's kerchunk writer cannot express)
         codecs.append(
             {"name": "transpose", "configuration": {"order": list(range(layout.ndim))[::-1]}}
         )
+    # the data type and bytes codec of npystore's store: zarr's own type where it reads the
+    # raw bytes as they are, else npystore's (a record of both byte orders, which
+    # VirtualiZarr >= 2.8 refuses to infer a bytes codec for, and which zarr's struct would
+    # read with one byte order)
+    zdtype = zarr_dtype_for(layout.dtype)
+    codecs.append(bytes_codec_for(layout.dtype, zdtype))
     for f in refs.filters:
         config = {k: v for k, v in f.items() if k != "id"}
         codecs.append({"name": f"numcodecs.{f['id']}", "configuration": config})
     fill: Any = None  # zeros
     if refs.fill:
         fill = np.frombuffer(refs.fill, dtype=layout.dtype)[0].item()
-    elif layout.dtype.kind in "fc" and bool(np.all(refs.offsets >= 0)):
+    elif layout.dtype.kind in "fc" and bool(np.all(offsets >= 0)):
         # every chunk is present: the fill value is never used, but xarray reads it as the
         # missing-value marker (VirtualiZarr's kerchunk writer keeps it): NaN masks nothing
         fill = float("nan") if layout.dtype.kind == "f" else complex("nan+nanj")
     attributes = {k: v for k, v in refs.node.attributes.items() if k != "npystore"}
     metadata = create_v3_array_metadata(
-        shape=layout.shape,
-        data_type=layout.dtype,
-        chunk_shape=refs.chunks,
+        shape=shape,
+        data_type=cast("Any", zdtype),  # typed np.dtype; parse_data_type takes a ZDType
+        chunk_shape=chunks,
         fill_value=fill,
         codecs=codecs,
         attributes=attributes,
         dimension_names=dims,
     )
-    present = refs.offsets >= 0
+    present = offsets >= 0
     paths: Any = np.where(present, target, "").astype(np.dtypes.StringDType())
     manifest = ChunkManifest.from_arrays(
         paths=paths,
-        offsets=np.where(present, refs.offsets, 0).astype(np.uint64),
-        lengths=np.where(present, refs.lengths, 0).astype(np.uint64),
+        offsets=np.where(present, offsets, 0).astype(np.uint64),
+        lengths=np.where(present, lengths, 0).astype(np.uint64),
         validate_paths=False,
     )
     return ManifestArray(metadata=metadata, chunkmanifest=manifest)

@@ -23,6 +23,7 @@ from npystore.fetch import RangeReader
 from npystore.fetch.cache import IndexCacheOption
 from npystore.files.npy import open_layout_array
 from npystore.files.open import sniff_source
+from npystore.formats.mat5 import CharErrors
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
 from npystore.read.access import LayoutArray
 
@@ -69,6 +70,8 @@ class OpenedFile:
         allow_pickle: bool,
         index_cache: IndexCacheOption,
         squeeze: bool,
+        *,
+        char_errors: CharErrors = "strict",
     ) -> OpenedFile:
         """Sniff and open the file at ``url`` (headers and metadata only).
 
@@ -84,6 +87,9 @@ class OpenedFile:
             ``.npz`` only: where deflate checkpoint indexes are kept (False: nowhere).
         squeeze : bool
             MAT-files only: drop length-1 dimensions.
+        char_errors : {"strict", "replace"}
+            MAT v6/v7 files only: chars that are not valid UTF-8 (see
+            :func:`npystore.open_mat`).
 
         Returns
         -------
@@ -98,7 +104,7 @@ class OpenedFile:
         elif kind == "npz":
             obj = npz_from_reader(reader, allow_pickle=allow_pickle, index_cache=index_cache)
         else:
-            obj = mat_from_reader(reader, prefix)
+            obj = mat_from_reader(reader, prefix, char_errors=char_errors)
         return cls(reader, kind, obj, squeeze, allow_pickle)
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ from npystore.faces.xarray.datasets import OpenedFile
 from npystore.faces.xarray.names import drop_set
 from npystore.fetch.cache import IndexCacheOption
 from npystore.files.open import is_npy_or_matlab
+from npystore.formats.mat5 import CharErrors
 
 __all__ = ["EXTENSIONS", "NpystoreBackendEntrypoint"]
 
@@ -58,6 +59,7 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         "squeeze",
         "allow_pickle",
         "index_cache",
+        "char_errors",
         *_DECODERS,
     )
 
@@ -72,6 +74,7 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         squeeze: bool = False,
         allow_pickle: bool = False,
         index_cache: IndexCacheOption = None,
+        char_errors: CharErrors = "strict",
         mask_and_scale: Any = None,
         decode_times: Any = None,
         decode_timedelta: Any = None,
@@ -83,8 +86,11 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
 
         Parameters
         ----------
-        filename_or_obj : str or os.PathLike
-            Local path or any fsspec URL (``s3://``, ``https://``, chained URLs).
+        filename_or_obj : str, os.PathLike or list of str
+            Local path or any fsspec URL (``s3://``, ``https://``, chained URLs). Many
+            ``.npy`` files (a glob, a folder, a list) give one dataset whose variable
+            ``data`` joins them along its first axis (see :func:`npystore.open_npy`): the
+            files are opened together, the chunks never span two files.
         drop_variables : str or iterable of str, optional
             Variables to leave out (their data is never read).
         storage_options : mapping, optional
@@ -104,6 +110,10 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         index_cache : str, bool or None
             ``.npz`` only: where deflate checkpoint indexes are kept (see
             :func:`npystore.open_npz`; False: nowhere).
+        char_errors : {"strict", "replace"}
+            MAT v6/v7 files only: char variables that are not valid UTF-8 raise
+            :class:`~npystore.errors.FormatError` (``"strict"``) or are read with U+FFFD
+            for each invalid sequence (``"replace"``), as in :func:`npystore.open_mat`.
         mask_and_scale, decode_times, decode_timedelta, use_cftime, concat_characters, decode_coords
             xarray's CF decoding options: accepted and ignored (the files carry no CF
             metadata).
@@ -124,8 +134,24 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         """
         del mask_and_scale, decode_times, decode_timedelta, use_cftime
         del concat_characters, decode_coords
+        from npystore.fetch.naming import is_folder, is_many  # noqa: PLC0415
+
+        if is_many(filename_or_obj) or is_folder(_as_url(filename_or_obj), storage_options):
+            if group is not None:
+                raise ValueError("group applies to one file, not to a dataset of .npy files")
+            from npystore.faces.xarray.many import sharded_dataset  # noqa: PLC0415
+
+            return sharded_dataset(
+                filename_or_obj, storage_options, allow_pickle, dims or {},
+                drop_set(drop_variables),
+            )  # fmt: skip
         opened = OpenedFile.open(
-            _as_url(filename_or_obj), storage_options, allow_pickle, index_cache, squeeze
+            _as_url(filename_or_obj),
+            storage_options,
+            allow_pickle,
+            index_cache,
+            squeeze,
+            char_errors=char_errors,
         )
         try:
             return opened.dataset(group, drop_set(drop_variables), dims or {})
@@ -143,6 +169,7 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         squeeze: bool = False,
         allow_pickle: bool = False,
         index_cache: IndexCacheOption = None,
+        char_errors: CharErrors = "strict",
         **decoders: Any,
     ) -> dict[str, xr.Dataset]:
         """Every group of the file: ``"/"``, and one per scalar struct of a MAT-file or
@@ -161,7 +188,12 @@ class NpystoreBackendEntrypoint(BackendEntrypoint):
         if bad:
             raise TypeError(f"unexpected keyword arguments {sorted(bad)}")
         opened = OpenedFile.open(
-            _as_url(filename_or_obj), storage_options, allow_pickle, index_cache, squeeze
+            _as_url(filename_or_obj),
+            storage_options,
+            allow_pickle,
+            index_cache,
+            squeeze,
+            char_errors=char_errors,
         )
         try:
             drop = drop_set(drop_variables)

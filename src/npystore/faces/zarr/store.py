@@ -11,6 +11,11 @@ Every array of a file becomes a Zarr array whose chunks are computed from its
   as Zarr requires; deflated members are served through their checkpoint index.
 - reads run in worker threads (``asyncio.to_thread``) through the fetch layer, so they are
   concurrent and never block zarr's event loop.
+- a hierarchy of more than :data:`CONSOLIDATED_MAX` nodes (an archive of many members) has
+  no consolidated metadata: zarr lists the store (:meth:`LayoutStore.list_dir`) and reads
+  each node's ``zarr.json`` when it needs it, each made when asked for (and at most
+  :data:`KEPT_DOCUMENTS` kept), so opening and listing cost what zarr asks for, not a
+  document of every member at once.
 
 Keys never contain ``..`` or a leading ``/``: node names are made from member names by
 :func:`node_name` (percent-encoding, reserved names escaped, long names shortened), and the
@@ -21,11 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Final
-
-import numpy as np
 
 from npystore.errors import UnsupportedError, missing_dependency
 
@@ -38,17 +44,32 @@ try:
         SuffixByteRequest,
     )
     from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+    from zarr.core.config import config as zarr_config
     from zarr.core.group import ConsolidatedMetadata, GroupMetadata
     from zarr.core.metadata.v3 import ArrayV3Metadata
 except ImportError as exc:
     raise missing_dependency("zarr", "zarr", "npystore's Zarr store", exc) from exc
 
 from npystore.faces.tree.nodes import MAX_NODE_NAME, ArrayNode, GroupNode, Node, node_name
-from npystore.faces.zarr.dtypes import zarr_dtype_for
+from npystore.faces.zarr.dtypes import bytes_codec_for, zarr_dtype_for
 
-__all__ = ["MAX_NODE_NAME", "ArrayNode", "GroupNode", "LayoutStore", "node_name"]
+__all__ = [
+    "CONSOLIDATED_MAX",
+    "KEPT_DOCUMENTS",
+    "MAX_NODE_NAME",
+    "ArrayNode",
+    "GroupNode",
+    "LayoutStore",
+    "node_name",
+]
 
 _META: Final = "zarr.json"
+#: Most nodes of a hierarchy whose root carries consolidated metadata (every node's
+#: document in the root's ``zarr.json``: zarr then never lists, but parses them all when
+#: the group is opened; 1,000 documents take zarr some 0.1 s and 1 MB).
+CONSOLIDATED_MAX: Final = 1000
+#: ``zarr.json`` documents kept made (the least recently used are made again).
+KEPT_DOCUMENTS: Final = 4096
 
 
 def _array_metadata(node: ArrayNode, filters: Sequence[Mapping[str, Any]] = ()) -> ArrayV3Metadata:
@@ -66,12 +87,7 @@ def _array_metadata(node: ArrayNode, filters: Sequence[Mapping[str, Any]] = ()) 
         codecs.append(
             {"name": "transpose", "configuration": {"order": list(range(layout.ndim))[::-1]}}
         )
-    byteorder = layout.dtype.byteorder
-    if getattr(zdtype, "endianness", None) is not None and layout.dtype.itemsize > 1:
-        endian = "big" if byteorder == ">" or (byteorder == "=" and _native_big()) else "little"
-        codecs.append({"name": "bytes", "configuration": {"endian": endian}})
-    else:
-        codecs.append({"name": "bytes"})
+    codecs.append(bytes_codec_for(layout.dtype, zdtype))
     codecs.extend(dict(f) for f in filters)
     return ArrayV3Metadata(
         shape=layout.shape,
@@ -85,8 +101,74 @@ def _array_metadata(node: ArrayNode, filters: Sequence[Mapping[str, Any]] = ()) 
     )
 
 
-def _native_big() -> bool:
-    return np.dtype("=i2").str[0] == ">"
+#: Array documents kept per store as templates (see :func:`_array_document`).
+_TEMPLATES_MAX: Final = 256
+
+
+#: Stand-ins for the attributes and dimension names in a template's text.
+_MARKS: Final = ("\x00npystore attributes\x00", "\x00npystore dimension names\x00")
+
+
+def _template(doc: dict[str, Any], indent: int | str | None) -> tuple[str, ...]:
+    """The text of ``doc`` as zarr writes it, cut where its attributes and dimension names
+    go: ``(before, ATTRIBUTES or DIMENSIONS, between, the other, after)``."""
+    marked = dict(doc)
+    marked["attributes"], marked["dimension_names"] = _MARKS
+    text = json.dumps(marked, allow_nan=True, indent=indent)
+    quoted = [json.dumps(m) for m in _MARKS]
+    first = min(quoted, key=text.index)
+    second = quoted[1] if first == quoted[0] else quoted[0]
+    before, rest = text.split(first)
+    between, after = rest.split(second)
+    return before, _MARKS[quoted.index(first)], between, _MARKS[quoted.index(second)], after
+
+
+def _array_document(
+    node: ArrayNode,
+    filters: Sequence[Mapping[str, Any]],
+    templates: OrderedDict[tuple[Any, ...], tuple[str, ...]],
+    lock: threading.Lock,
+) -> bytes:
+    """The bytes of an array's ``zarr.json``: what zarr's own metadata class writes
+    (:func:`_array_metadata`), made from the document of an array of the same kind (dtype,
+    shape, order, chunks, filters: the many members of an archive share a few), kept in
+    ``templates`` as text, with this one's attributes and dimension names put in. zarr
+    writes the document with ``json.dumps`` (indented as its ``json_indent`` says): the same
+    bytes, without encoding the rest of the document again."""
+    layout = node.array.layout
+    dims = list(node.dims())
+    indent = zarr_config.get("json_indent")
+    key = (
+        indent,
+        layout.dtype,
+        str(layout.dtype.descr),  # equal dtypes may differ in what zarr writes (titles...)
+        layout.shape,
+        layout.order,
+        node.chunks(),
+        len(dims),
+        json.dumps([dict(f) for f in filters], sort_keys=True) if filters else "",
+    )
+    with lock:
+        template = templates.get(key)
+        if template is not None:
+            templates.move_to_end(key)
+    if template is None:
+        bare = ArrayNode(node.array, {}, node.chunks(), tuple(f"d{i}" for i in range(len(dims))))
+        template = _template(_array_metadata(bare, filters).to_dict(), indent)
+        with lock:
+            templates[key] = template
+            if len(templates) > _TEMPLATES_MAX:
+                templates.popitem(last=False)
+    values = {_MARKS[0]: dict(node.attributes), _MARKS[1]: dims}
+    pad = "\n" + (indent if isinstance(indent, str) else " " * (indent or 0))
+    parts = []
+    for part in template:
+        if part in values:  # a value one level down: its lines indented once more
+            text = json.dumps(values[part], allow_nan=True, indent=indent)
+            parts.append(text.replace("\n", pad) if indent is not None else text)
+        else:
+            parts.append(part)
+    return "".join(parts).encode()
 
 
 class LayoutStore(Store):
@@ -95,7 +177,10 @@ class LayoutStore(Store):
     Parameters
     ----------
     nodes : mapping of str to ArrayNode or GroupNode
-        The hierarchy: ``""`` is the root; other paths are ``/``-separated node names.
+        The hierarchy: ``""`` is the root; other paths are ``/``-separated node names. A
+        ``dict`` is copied and its paths checked; any other mapping (a tree built when
+        asked, :class:`~npystore.faces.tree.build.NpzTree`) is used as it is, and asked for
+        a node only when zarr asks for it.
     url : str
         The file's URL (for ``repr``, equality and messages).
     filters : mapping of str to sequence of mapping, optional
@@ -121,14 +206,17 @@ class LayoutStore(Store):
             raise UnsupportedError(f"{url}: npystore stores are read-only")
         super().__init__(read_only=True)
         self.url = url
-        self._nodes = dict(nodes)
+        self._nodes: Mapping[str, Node] = dict(nodes) if isinstance(nodes, dict) else nodes
         if "" not in self._nodes:
             raise ValueError("a hierarchy needs a root node at path ''")
-        for path in self._nodes:
-            parts = path.split("/") if path else []
-            if any(p in ("", ".", "..") for p in parts):
-                raise ValueError(f"unsafe node path {path!r}")
-        self._metadata: dict[str, bytes] = {}
+        if isinstance(self._nodes, dict):
+            for path in self._nodes:
+                parts = path.split("/") if path else []
+                if any(p in ("", ".", "..") for p in parts):
+                    raise ValueError(f"unsafe node path {path!r}")
+        self._metadata: OrderedDict[str, bytes] = OrderedDict()
+        self._metadata_lock = threading.Lock()
+        self._templates: OrderedDict[tuple[Any, ...], tuple[str, ...]] = OrderedDict()
         self._filters = dict(filters or {})
 
     # -- identity --------------------------------------------------------------------------
@@ -144,12 +232,17 @@ class LayoutStore(Store):
         return hash((self.url, self._tokens()))
 
     def _tokens(self) -> tuple[Any, ...]:
+        token = getattr(self._nodes, "token", None)  # a tree of one file, built when asked
+        if token is not None:
+            return tuple(token)
         return tuple(
             (p, n.array.reader.token if isinstance(n, ArrayNode) else None)
             for p, n in sorted(self._nodes.items())
         )
 
     def __repr__(self) -> str:
+        if not isinstance(self._nodes, dict):
+            return f"LayoutStore({self.url!r}, {self._nodes!r})"
         arrays = sum(isinstance(n, ArrayNode) for n in self._nodes.values())
         return f"LayoutStore({self.url!r}, arrays={arrays})"
 
@@ -169,21 +262,27 @@ class LayoutStore(Store):
 
     # -- metadata --------------------------------------------------------------------------
 
+    def _node_count(self) -> int:
+        """Nodes of the hierarchy, or for a tree built when asked, a bound known without
+        building it (an archive's member count, plus the root)."""
+        members = getattr(self._nodes, "members", None)
+        return members + 1 if isinstance(members, int) else len(self._nodes)
+
     def _metadata_bytes(self, path: str) -> bytes:
-        cached = self._metadata.get(path)
-        if cached is not None:
-            return cached
+        with self._metadata_lock:
+            cached = self._metadata.get(path)
+            if cached is not None:
+                self._metadata.move_to_end(path)
+                return cached
         node = self._nodes[path]
-        proto = default_buffer_prototype()
         if isinstance(node, ArrayNode):
-            doc = (
-                _array_metadata(node, self._filters.get(path, ()))
-                .to_buffer_dict(proto)[_META]
-                .to_bytes()
+            doc = _array_document(
+                node, self._filters.get(path, ()), self._templates, self._metadata_lock
             )
         else:
+            proto = default_buffer_prototype()
             consolidated = None
-            if path == "":
+            if path == "" and self._node_count() <= CONSOLIDATED_MAX:
                 members: dict[str, Any] = {}
                 for p, n in self._nodes.items():
                     if p == "":
@@ -198,7 +297,10 @@ class LayoutStore(Store):
                 attributes=dict(node.attributes), zarr_format=3, consolidated_metadata=consolidated
             )
             doc = meta.to_buffer_dict(proto)[_META].to_bytes()
-        self._metadata[path] = doc
+        with self._metadata_lock:
+            self._metadata[path] = doc
+            if len(self._metadata) > KEPT_DOCUMENTS:
+                self._metadata.popitem(last=False)
         return doc
 
     # -- keys ------------------------------------------------------------------------------
@@ -213,7 +315,8 @@ class LayoutStore(Store):
         if key.endswith("/" + _META):
             path = key[: -len(_META) - 1]
             return (path, None) if path in self._nodes else None
-        if isinstance(self._nodes[""], ArrayNode) and (key == "c" or key.startswith("c/")):
+        # (the root node is asked for last: an archive's is made from every member's header)
+        if (key == "c" or key.startswith("c/")) and isinstance(self._nodes[""], ArrayNode):
             head, tail = "", key[1:]
         else:
             head, sep, tail = key.rpartition("/c")
@@ -311,7 +414,18 @@ class LayoutStore(Store):
         """The names directly under ``prefix`` (keys and sub-directories)."""
         base = prefix.rstrip("/")
         start = f"{base}/" if base else ""
-        seen: set[str] = set()
+        node = self._nodes.get(base)
+        if isinstance(node, GroupNode):  # its document and its children: no chunk key walked
+            yield _META
+            seen: set[str] = set()
+            for path in self._nodes:
+                if path.startswith(start) and path != base:
+                    child = path[len(start) :].split("/", 1)[0]
+                    if child not in seen:
+                        seen.add(child)
+                        yield child
+            return
+        seen = set()
         for key in self._keys():
             if not key.startswith(start):
                 continue

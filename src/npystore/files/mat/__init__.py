@@ -17,7 +17,7 @@ from npystore.files.mat.tree import MatInfo, MatNode
 from npystore.formats import mat5
 from npystore.formats.mat5 import CharErrors
 
-__all__ = ["MatReader", "open_mat_reader"]
+__all__ = ["MatReader", "hdf5_superblock", "open_mat_reader"]
 
 
 class MatReader(Protocol):
@@ -42,7 +42,8 @@ def open_mat_reader(
     reader: RangeReader, prefix: bytes, max_depth: int, char_errors: CharErrors = "strict"
 ) -> MatReader:
     """The reader of the MAT-file behind ``reader`` (v7.3, v5 or v4), chosen from its first
-    128 bytes (``prefix``); a plain HDF5 file is refused."""
+    128 bytes (``prefix``); a plain HDF5 file is refused (UnsupportedError), also one whose
+    superblock follows a user block that is not MATLAB's header."""
     if prefix.startswith(mat5.HDF5_SIGNATURE):
         raise UnsupportedError(mat5.plain_hdf5_refused(reader.url))
     if mat5.is_v73(prefix):
@@ -52,12 +53,29 @@ def open_mat_reader(
             what = f"{reader.url}: a MATLAB v7.3 (HDF5) file"
             raise missing_dependency("h5py", "mat", what, exc) from exc
         return Mat73File(reader, max_depth=max_depth, prefix=prefix)
-    header = mat5.parse_header(prefix, source=reader.url, file_size=reader.size)
     from npystore.files.mat.v4 import Mat4File  # noqa: PLC0415
     from npystore.files.mat.v5 import Mat5File  # noqa: PLC0415
 
-    if header.version == 4:
-        return Mat4File(reader)
+    try:
+        header = mat5.parse_header(prefix, source=reader.url, file_size=reader.size)
+        if header.version == 4:
+            return Mat4File(reader)
+    except FormatError:
+        # no MAT-file header, not v4: HDF5 behind a user block without MATLAB's header?
+        superblock = hdf5_superblock(reader)
+        if superblock is not None:
+            raise UnsupportedError(mat5.plain_hdf5_refused(reader.url, superblock)) from None
+        raise
     if header.version != 5:  # pragma: no cover - parse_header returns 4 or 5
         raise FormatError(f"{reader.url}: MAT-file version {header.version}")
     return Mat5File(reader, header, max_depth=max_depth, char_errors=char_errors)
+
+
+def hdf5_superblock(reader: RangeReader) -> int | None:
+    """The offset of the HDF5 signature after a user block (512, 1024, ...), or None: what
+    a file that is no MAT-file may be (read only when it failed as one; one 8-byte read per
+    place HDF5 looks)."""
+    for offset in mat5.hdf5_superblock_offsets(reader.size):
+        if reader.read(offset, offset + len(mat5.HDF5_SIGNATURE)) == mat5.HDF5_SIGNATURE:
+            return offset
+    return None

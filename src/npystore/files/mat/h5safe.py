@@ -427,6 +427,20 @@ class SafeDataset(_Safe):
         self._guard.dataset(self._obj, self._path or "(reached by reference)")
         return self._obj[()]
 
+    def reference_keys(self, where: str) -> np.ndarray[Any, np.dtype[np.uint64]] | None:
+        """For a dataset of HDF5 object references: per element (C order), the address of
+        the object it points to (what the file stores; equal addresses, the same object),
+        read after the checks of :meth:`read`; None for any other datatype."""
+        if not self._obj.id.get_type().equal(h5py.h5t.STD_REF_OBJ):
+            return None
+        check_storage(self._obj, where)
+        self._guard.dataset(self._obj, self._path or "(reached by reference)")
+        shape = self._obj.shape
+        keys = np.zeros(shape if shape is not None else (0,), np.uint64)
+        if keys.size:
+            self._obj.id.read(h5py.h5s.ALL, h5py.h5s.ALL, keys, mtype=h5py.h5t.STD_REF_OBJ)
+        return keys.reshape(-1)
+
 
 def _join(parent: str | None, name: str) -> str | None:
     if parent is None:

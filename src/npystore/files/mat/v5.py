@@ -91,23 +91,36 @@ class _Source:
         self.slot = IndexSlot()
         self.whole: bytes | None = None  # the inflated element, when inflated whole
         self.prefix = b""
+        #: the raw deflate data, when the element was read already (see open_stream)
+        self.held: memoryview | None = None
 
     # -- compressed ----------------------------------------------------------------------
 
-    def open_stream(self, head: bytes | memoryview | None = None) -> None:
-        """Learn the zlib stream's sizes and checksum (two small reads, concurrent)."""
+    def open_stream(
+        self,
+        head: bytes | memoryview | None = None,
+        element: bytes | memoryview | None = None,
+    ) -> None:
+        """Learn the zlib stream's sizes and checksum: from ``element`` (the whole element,
+        when it was read already), else two small reads, concurrent."""
         e = self.entry
         if e.data_size < 2 + 4:
             raise FormatError(
                 f"{self.where}: miCOMPRESSED element at offset {e.offset} holds {e.data_size} "
                 "bytes, expected a zlib stream (2-byte header, data, 4-byte Adler-32)"
             )
-        ranges = [(e.end - 4, e.end)]
-        if head is None:
-            ranges.append((e.data_offset, e.data_offset + min(e.data_size, HEAD_BYTES)))
-        got = self.reader.read_many(ranges)
-        trailer = got[0]
-        head = got[1] if head is None else head
+        trailer: bytes | memoryview
+        if element is not None:
+            data = memoryview(element)[e.data_offset - e.offset : e.end - e.offset]
+            trailer, head = data[-4:], data[:HEAD_BYTES]
+            self.held = data[2:-4]
+        else:
+            ranges = [(e.end - 4, e.end)]
+            if head is None:
+                ranges.append((e.data_offset, e.data_offset + min(e.data_size, HEAD_BYTES)))
+            got = self.reader.read_many(ranges)
+            trailer = got[0]
+            head = got[1] if head is None else head
         cmf, flg = head[0], head[1]
         if cmf & 0x0F != 8 or (cmf << 8 | flg) % 31 or flg & 0x20:
             raise FormatError(
@@ -169,7 +182,7 @@ class _Source:
         if member is None:  # pragma: no cover
             raise RuntimeError("stream not opened")
         buf = bytearray(member.uncompressed_size)
-        inflate_into(self.reader, member, memoryview(buf))
+        inflate_into(self.reader, member, memoryview(buf), held=self.held)
         self.whole = bytes(buf)
         self.slot.keep(self.whole)
 
@@ -206,7 +219,8 @@ def mat5_pair(order: str) -> struct.Struct:
 
 
 _PAIRS: Final = {o: struct.Struct(f"{o}II") for o in "<>"}
-_CHAR: Final = 4  # the char array class
+_CHAR: Final = 4  # the char array class (cells, structs, objects: the classes below)
+_SPARSE: Final = 5
 
 
 def _inflate_prefix(data: bytes | memoryview, want: int, where: str) -> bytes:
@@ -439,8 +453,8 @@ class Mat5File:
         if name not in self._vars:
             raise KeyError(f"{self.source}: no variable {name!r}")
         offset, total, compressed, flags, dims, head = self._vars[name]
-        if flags < 0:  # an unusual header: read the tree
-            return None
+        if flags < 0 or (flags & 0xFF) < _CHAR or (flags & 0xFF) == _SPARSE:
+            return None  # an unusual header, a container, an object or sparse: its tree
         order = self.header.byte_order
         if compressed:
             stream = self._windows.view(offset + 8, offset + total)
@@ -484,7 +498,7 @@ class Mat5File:
                 ),
                 r, e.end, WINDOW, src.where,
             )  # fmt: skip
-        src.open_stream(self._head_view(e))
+        src.open_stream(self._head_view(e), self._windows.view(e.offset, e.end))
         member = src.member
         if member is None:  # pragma: no cover
             raise RuntimeError("stream not opened")

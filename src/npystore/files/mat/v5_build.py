@@ -141,8 +141,12 @@ class Builder:
         if isinstance(node, mat5.StructArray):
             fields = node.field_names
             k = len(fields)
+            elements: tuple[dict[str, MatNode], ...]
+            if not k:  # ``struct()``: elements with no fields (what scipy reads)
+                elements = tuple({} for _ in range(node.numel))
+                return StructNode(node.dims, fields, elements, node.matlab_class)
             built = self.children(node.values, lambda i: f"{path}({i // k}).{fields[i % k]}")
-            elements: tuple[dict[str, MatNode], ...] = (
+            elements = (
                 tuple({fields[0]: b} for b in built)
                 if k == 1
                 else tuple(
@@ -150,8 +154,6 @@ class Builder:
                     for i in range(0, len(built), k)
                 )
             )
-            if not k:
-                elements = tuple({} for _ in range(node.numel))
             return StructNode(node.dims, fields, elements, node.matlab_class)
         reason = (
             "function handles are stored in MATLAB's undocumented subsystem"

@@ -128,6 +128,7 @@ from npystore.formats.mat5._file import (
     Mopt,
     VariableEntry,
     decode_mopt,
+    hdf5_superblock_offsets,
     is_v73,
     parse_header,
     plain_hdf5_refused,
@@ -172,7 +173,7 @@ __all__ = [
     "MatrixHeader", "Mopt", "QuickHeader",
     "NeedMoreBytes", "NumericArray", "OpaqueObject", "SparseArray", "StructArray",
     "VariableEntry", "CharErrors", "char_dims_problem", "chars_from_units", "decode_mopt",
-    "HDF5_SIGNATURE", "is_v73", "plain_hdf5_refused", "v73_header",
+    "HDF5_SIGNATURE", "hdf5_superblock_offsets", "is_v73", "plain_hdf5_refused", "v73_header",
     "iter_data_refs", "parse_header", "parse_matrix_header", "parse_variable", "quick_chars",
     "quick_header", "quick_leaf", "quick_numeric", "scan_elements", "with_source",
 ]  # fmt: skip

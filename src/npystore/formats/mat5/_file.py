@@ -20,6 +20,7 @@ from npystore.formats.mat5._tags import (
     _pair,
 )
 from npystore.formats.need import NeedMoreBytes
+from npystore.formats.sniff import HDF5_SIGNATURE
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,20 +121,42 @@ def decode_mopt(word: _Bytes, *, source: str) -> Mopt:
     )
 
 
-def plain_hdf5_refused(source: str) -> str:
-    """The message refusing a plain HDF5 file (HDF5 signature at byte 0, no MAT-file header).
+def plain_hdf5_refused(source: str, superblock: int = 0) -> str:
+    """The message refusing a plain HDF5 file: HDF5 signature at byte 0, or at
+    ``superblock`` (512, 1024, ...) after a user block that is not a MAT-file header.
 
     MATLAB writes v7.3 files as HDF5 behind a 512-byte user block that starts with the
     128-byte MAT-file header; a file without it is not read as a MAT-file, because MATLAB's
     shapes and types (column-major dims, ``MATLAB_class``) are not HDF5's.
     """
-    return (
-        f"{source}: a plain HDF5 file, not a MATLAB v7.3 MAT-file: it starts with the HDF5 "
-        f"signature instead of the 128-byte MAT-file header (text, version 0x0200, 'IM') that "
-        f"MATLAB writes in a 512-byte user block. npystore reads HDF5 only as MAT-files, "
-        f"whose shapes and types follow MATLAB's attributes, not HDF5's; read plain HDF5 "
-        f"with h5py, or xarray's h5netcdf engine"
+    where = (
+        "it starts with the HDF5 signature instead of"
+        if not superblock
+        else f"its HDF5 superblock is at byte {superblock}, after a user block that does not "
+        f"start with"
     )
+    return (
+        f"{source}: a plain HDF5 file, not a MATLAB v7.3 MAT-file: {where} the 128-byte "
+        f"MAT-file header (text, version 0x0200, 'IM') that MATLAB writes in a 512-byte user "
+        f"block. npystore reads HDF5 only as MAT-files, whose shapes and types follow "
+        f"MATLAB's attributes, not HDF5's; read plain HDF5 with h5py, or xarray's h5netcdf "
+        f"engine"
+    )
+
+
+def hdf5_superblock_offsets(size: int) -> list[int]:
+    """Where HDF5 looks for its signature after a user block in a file of ``size`` bytes:
+    512, 1024, 2048, ... (every offset that still holds the 8-byte signature).
+
+    >>> hdf5_superblock_offsets(3000)
+    [512, 1024, 2048]
+    """
+    out: list[int] = []
+    offset = 512
+    while offset + len(HDF5_SIGNATURE) <= size:
+        out.append(offset)
+        offset *= 2
+    return out
 
 
 def v73_header(text: str = "MATLAB 7.3 MAT-file, HDF5 schema 1.00 .") -> bytes:

@@ -125,9 +125,10 @@ def _uniform(
     return list(range(q, q + count * step, step)), [nbytes] * count
 
 
-#: Fewest siblings decoded together by :func:`_vector_leaves`, and fewest of one group
-#: (class, type, dims) decoded together.
-VECTOR_MIN: Final = 32
+#: Fewest siblings decoded together by :func:`_vector_leaves` (below it, one by one is
+#: faster: measured crossover between 64 and 128 siblings), and fewest of one group (class,
+#: type, dims) decoded together.
+VECTOR_MIN: Final = 96
 GROUP_MIN: Final = 4
 #: Char data types read together: bytes (ASCII for miUTF8) or UTF-16 code units.
 _CHAR_BYTES: Final = (1, 2, MI_UTF8)
@@ -167,8 +168,8 @@ def _vector_leaves(
     nbytes = np.where(small, vt >> 16, vn)
     data = q + np.where(small, 52, 56)
     common = (
-        (fn == 8) & (dn == 8) & (nn == 0) & np.isin(ft, (5, 6)) & np.isin(dt, (5, 6))
-        & np.isin(nt, (1, 2, MI_UTF8)) & (d0 < 2**31) & (d1 < 2**31)
+        (fn == 8) & (dn == 8) & (nn == 0) & _among(ft, (5, 6)) & _among(dt, (5, 6))
+        & _among(nt, (1, 2, MI_UTF8)) & (d0 < 2**31) & (d1 < 2**31)
         & ~(small & (nbytes > 4)) & (data + nbytes <= q + 8 + n) & (dtype_code < 64)
     )  # fmt: skip
     dtype_code = np.where(common, dtype_code, 0)
@@ -190,19 +191,28 @@ def _vector_leaves(
         _decode_group(out, candidates[members], data[members], int(key[2]), int(key[3]),
                       stored, out_dtype, u1)  # fmt: skip
     chars = common & ((flags & 0xFF) == CHAR) & (d0 == 1) & (d1 > 0)
-    chars &= np.isin(dtype_code, _CHAR_BYTES) & (nbytes == d1)
+    chars &= _among(dtype_code, _CHAR_BYTES) & (nbytes == d1)
     chars |= (
         common
         & ((flags & 0xFF) == CHAR)
         & (d0 == 1)
         & (d1 > 0)
-        & np.isin(dtype_code, _CHAR_UNITS)
+        & _among(dtype_code, _CHAR_UNITS)
         & (nbytes == 2 * d1)
     )
     for members, key in _groups(chars, dtype_code, d1):
         _decode_rows(out, candidates[members], data[members], int(key[0]), int(key[1]),
                      u1, order)  # fmt: skip
     return [i for i, node in enumerate(out) if node is None]
+
+
+def _among(values: npt.NDArray[np.int64], choices: tuple[int, ...]) -> npt.NDArray[np.bool_]:
+    """``numpy.isin(values, choices)`` for a few choices (isin sorts: costly on the short
+    arrays of a small cell)."""
+    out: npt.NDArray[np.bool_] = values == choices[0]
+    for choice in choices[1:]:
+        out |= values == choice
+    return out
 
 
 def _groups(

@@ -78,6 +78,12 @@ class H5Dataset(Protocol):
         they would be read from other files (external storage, virtual datasets)."""
         ...
 
+    def reference_keys(self, where: str, /) -> npt.NDArray[np.uint64] | None:
+        """For a dataset of object references: per element (C order), a number naming the
+        object its reference points to (equal numbers, the same object), so that each
+        distinct object is followed once; None when there is none to give."""
+        ...
+
 
 class H5Group(Protocol):
     """What is used of an HDF5 group (:class:`npystore.files.mat.h5safe.SafeGroup`: an h5py

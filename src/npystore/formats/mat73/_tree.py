@@ -68,7 +68,9 @@ class Mat73Tree:
         Numeric arrays inside cells and structs whose values take at most this many bytes
         are read here, with their container (``NumericArray.value``); 0: none.
 
-    Values reached through object references are parsed once per tree and shared.
+    Values reached through object references are parsed once per tree and shared: each
+    distinct object a cell or struct array refers to is followed once, however many
+    elements refer to it (known by the reference's address before it is followed).
     """
 
     def __init__(
@@ -86,6 +88,8 @@ class Mat73Tree:
         self.max_depth = max_depth
         self.eager_bytes = eager_bytes
         self._done: dict[H5Dataset | H5Group, MatNode] = {}
+        #: Values reached by reference and parsed, by the address the reference holds.
+        self._by_address: dict[int, MatNode] = {}
 
     def names(self) -> list[str]:
         """Variable names in the file's (HDF5 link) order."""
@@ -185,15 +189,27 @@ class Mat73Tree:
             self._done[obj] = node
         return node
 
-    def _child(self, ref: Any, path: str, depth: int, chain: Chain) -> MatNode:
-        """The value an object reference points to (parsed once, cycles refused)."""
-        where = self._where(path)
+    def _child(
+        self, ref: Any, path: str, depth: int, chain: Chain, address: int | None = None
+    ) -> MatNode:
+        """The value an object reference points to (parsed once, cycles refused);
+        ``address``: what the reference holds, when known (a value parsed before is not
+        looked up again: 100,000 references to one object cost one parse)."""
         if isinstance(ref, str | bytes | np.ndarray) or ref is None:
             raise FormatError(
-                f"{where}: holds a {type(ref).__name__} where an object reference is expected"
+                f"{self._where(path)}: holds a {type(ref).__name__} where an object "
+                f"reference is expected"
             )
         if not ref:
-            raise FormatError(f"{where}: null object reference, expected one into #refs#")
+            raise FormatError(
+                f"{self._where(path)}: null object reference, expected one into #refs#"
+            )
+        if address is not None:
+            # only values parsed to the end are here: one on the chain (a cycle) is not
+            known = self._by_address.get(address)
+            if known is not None:
+                return known
+        where = self._where(path)  # (no helper call: a frame per level of nesting counts)
         try:
             obj = self._root[ref]
         except (KeyError, ValueError, TypeError, OSError) as exc:
@@ -204,9 +220,11 @@ class Mat73Tree:
             loop = " -> ".join(str(o.name) for o in (*chain[chain.index(obj) :], obj))
             raise FormatError(f"{where}: reference cycle {loop}")
         done = self._done.get(obj)
-        if done is not None:
-            return done
-        return self._node(obj, path, depth, chain, shared=True)
+        if done is None:
+            done = self._node(obj, path, depth, chain, shared=True)
+        if address is not None:
+            self._by_address[address] = done
+        return done
 
     def _field(self, obj: H5Dataset | H5Group, path: str, depth: int, chain: Chain) -> MatNode:
         """A 1x1 struct's field: HDF5 hard links can make it a group being parsed (a loop,
@@ -362,15 +380,19 @@ class Mat73Tree:
     def _cell(self, dset: H5Dataset, path: str, depth: int, chain: Chain) -> CellArray:
         where = self._where(path)
         dims = dims_of(dset, where)
-        refs = self._refs(dset, dims, where)
+        refs, addresses = self._refs(dset, dims, where)
         inner = (*chain, dset)
         cells: list[MatNode] = []
+        child = self._child
         for i, ref in enumerate(refs):
-            cells.append(self._child(ref, f"{path}{{{i}}}", depth + 1, inner))
+            cells.append(child(ref, f"{path}{{{i}}}", depth + 1, inner, addresses[i]))
         return CellArray(path, dims, tuple(cells))
 
-    def _refs(self, dset: H5Dataset, dims: tuple[int, ...], where: str) -> npt.NDArray[Any]:
-        """A dataset of object references, read once, in column-major order."""
+    def _refs(
+        self, dset: H5Dataset, dims: tuple[int, ...], where: str
+    ) -> tuple[npt.NDArray[Any], list[int] | list[None]]:
+        """A dataset of object references, read once, in column-major order, and the
+        address each holds (all None when the dataset does not give them)."""
         metadata: Mapping[str, Any] = dset.dtype.metadata or {}
         vlen = metadata.get("vlen")  # h5py's variable-length types: not references
         if dset.dtype.kind != "O" or vlen is not None:
@@ -379,7 +401,11 @@ class Mat73Tree:
         numel = math.prod(dims)
         if numel > MAX_ELEMENTS:
             raise UnsupportedError(f"{where}: {numel} elements, more than {MAX_ELEMENTS}")
-        return np.asarray(dset.read(where), dtype=object).reshape(-1)
+        refs = np.asarray(dset.read(where), dtype=object).reshape(-1)
+        keys = dset.reference_keys(where)
+        if keys is None or keys.size != refs.size:
+            return refs, [None] * refs.size
+        return refs, keys.tolist()
 
     def _group(self, group: H5Group, cls: str | None, path: str) -> MatNode | None:
         """A group that is a leaf (sparse, function handle, opaque), or None for a struct."""
@@ -425,8 +451,10 @@ class Mat73Tree:
         refs = {f: self._refs(m, dims, f"{where}.{f}") for f, m in per_element.items()}
         elements: list[Mapping[str, MatNode]] = []
         for i in range(math.prod(dims)):
-            for f, column in refs.items():
-                element[f] = self._child(column[i], f"{path}({i}).{f}", depth + 1, inner)
+            for f, (column, addresses) in refs.items():
+                element[f] = self._child(
+                    column[i], f"{path}({i}).{f}", depth + 1, inner, addresses[i]
+                )
             elements.append({f: element[f] for f in fields})
         return StructArray(path, dims, fields, tuple(elements), cls)
 

@@ -42,6 +42,7 @@ from typing import Any
 from dask.base import compute
 
 from npystore.errors import FormatError, missing_dependency
+from npystore.tools.args import missing_parent, output_kind
 
 try:
     import zarr
@@ -118,7 +119,9 @@ def convert(
     url : str
         The source: an ``.npy``, ``.npz`` or MATLAB file, local path or fsspec URL.
     out : str
-        The output group: a local directory or an fsspec URL (``s3://bucket/x.zarr``).
+        The output group: a local directory or an fsspec URL (``s3://bucket/x.zarr``),
+        named with ``.zarr`` or without an extension; a local directory's parent must
+        exist. Chained URLs are refused.
     storage_options, out_storage_options : mapping, optional
         fsspec options for the source and for the output.
     name : str, optional
@@ -154,11 +157,27 @@ def convert(
     Raises
     ------
     ConvertError
-        ``out`` holds something else, or bad options.
+        ``out`` holds something else, has another extension (``.zip``, ``.h5``) or is a
+        chained URL, its parent directory is missing, or bad options.
     KeyboardInterrupt
         Interrupted; the chunks written so far are recorded, a rerun resumes.
     """
     say = log or (lambda message: None)
+    try:
+        kind = output_kind(out)
+    except ValueError as exc:
+        raise ConvertError(str(exc)) from exc
+    if kind != "zarr":
+        raise ConvertError(
+            f"{out}: an .{kind} output is written by npystore.tools.export.export (or "
+            f"npystore.save / savez_compressed); convert writes Zarr groups"
+        )
+    parent = missing_parent(out)
+    if parent is not None:
+        raise ConvertError(
+            f"{out}: the directory {parent!r} does not exist; create it first (convert, like "
+            "numpy.save, does not create directories)"
+        )
     codecs, effective_level = codecs_for(compressor, level)
     plan = make_plan(
         url, storage_options, name=name, chunks=chunks, array_chunks=array_chunks or {}

@@ -183,7 +183,7 @@ def make_plan(
     identity = {
         "url": reader.identity.url,
         "size": reader.identity.size,
-        "fields": dict(reader.identity.fields),
+        "fields": dict(reader.identity.markers),
     }
     if isinstance(root, ArrayNode):  # an .npy file: an array inside the root group
         about = dict(root.attributes)

@@ -11,15 +11,31 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import numpy as np
+import zarr.core.dtype.common
+import zarr.errors
 from zarr.core.common import ZarrFormat
-from zarr.core.dtype import DataTypeValidationError
 from zarr.core.dtype.common import DTypeJSON
 from zarr.core.dtype.wrapper import TBaseDType, TBaseScalar, ZDType
 
 from npystore.errors import UnsupportedError
 
+
+def _validation_error() -> type[ValueError]:
+    """zarr's ``DataTypeValidationError``: in ``zarr.errors`` since zarr 3.2, whose
+    ``zarr.core.dtype`` still has it with a deprecation warning; in ``zarr.core.dtype.common``
+    in zarr 3.1."""
+    found = getattr(zarr.errors, "DataTypeValidationError", None)
+    if found is None:
+        found = vars(zarr.core.dtype.common)["DataTypeValidationError"]
+    return cast("type[ValueError]", found)
+
+
+#: The error zarr's data type registry takes as "not this data type".
+DataTypeValidationError = _validation_error()
+
 __all__ = [
     "AnyZDType",
+    "DataTypeValidationError",
     "RawScalars",
     "config_of",
     "has_longdouble",

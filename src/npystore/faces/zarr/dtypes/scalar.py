@@ -15,12 +15,13 @@ from typing import Any, ClassVar, Literal, Self, TypeGuard, cast, overload
 
 import numpy as np
 from zarr.core.common import NamedConfig, ZarrFormat
-from zarr.core.dtype import ANY_DTYPE, DataTypeValidationError, Structured
+from zarr.core.dtype import ANY_DTYPE, Structured
 from zarr.core.dtype.common import DTypeJSON, DTypeSpec_V2, HasItemSize
 from zarr.core.dtype.wrapper import TBaseDType, ZDType
 
 from npystore.faces.zarr.dtypes.common import (
     AnyZDType,
+    DataTypeValidationError,
     RawScalars,
     config_of,
     has_longdouble,
@@ -33,8 +34,8 @@ __all__ = ["NpyScalar", "zarr_scalar"]
 
 NpyScalarJSON_V3 = NamedConfig[Literal["npystore.scalar"], Mapping[str, object]]
 _ZARR_SCALAR_TYPES: tuple[type[AnyZDType], ...] = tuple(
-    cast("type[AnyZDType]", c) for c in ANY_DTYPE if c is not Structured
-)
+    cast("type[AnyZDType]", c) for c in ANY_DTYPE if not issubclass(c, Structured)
+)  # zarr's record types (Structured, and Struct from zarr 3.2) are structured.py's
 
 
 @functools.cache

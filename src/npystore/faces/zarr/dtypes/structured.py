@@ -1,5 +1,21 @@
-"""Records: :class:`NpyStructured`, for the structured dtypes zarr's own ``structured`` type
-gets wrong (:func:`zarr_structured_is_exact` says which it gets right).
+"""Records: :class:`NpyStructured`, for the structured dtypes zarr's own record type gets
+wrong or lacks (:func:`zarr_structured_is_exact` says which it gets right).
+
+zarr's record type (:data:`ZARR_RECORD`) is ``Struct`` (``"struct"``) from zarr 3.2 on and
+``Structured`` (``"structured"``) in zarr 3.1. What zarr alone makes of a record dtype
+(``zarr.create_array(dtype=...)``, written, reopened in a new process), measured on zarr 3.1.6
+and 3.4.2 (``tests/test_zarr_dtypes.py`` checks it on the zarr installed):
+
+- packed records of little-endian fields zarr knows (nested too): exact on both;
+- a big-endian field: 3.1 returns byte-swapped values; 3.4 exact values in native byte order,
+  as for zarr's other types (its ``bytes`` codec records the byte order);
+- explicit offsets, padding, ``align=True``: packed (offsets and itemsize change) on both;
+- titles, subarray fields, no fields, long double fields: fail on both (3.4 refuses titles
+  and subarrays with a ``ValueError``);
+- a unit-less ``datetime64`` field, a raw bytes (``V``) field: fail on 3.1 (their fill
+  value), exact on 3.4.
+
+npystore claims the records zarr gets wrong or lacks, on the zarr installed, and no others.
 
 ``{"name": "npystore.structured", "configuration": {"fields": [...], "itemsize": n,
 "aligned": bool}}``; a field is ``{"name", "title", "offset", "dtype"}`` and its dtype a
@@ -16,12 +32,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self, TypeAlias, TypeGuard, cast, overload
 
 import numpy as np
+import zarr.core.dtype
 from zarr.core.common import NamedConfig, ZarrFormat
-from zarr.core.dtype import DataTypeValidationError, Structured
+from zarr.core.dtype import Structured
 from zarr.core.dtype.common import DTypeJSON, DTypeSpec_V2, HasItemSize
 from zarr.core.dtype.wrapper import TBaseDType, ZDType
 
 from npystore.faces.zarr.dtypes.common import (
+    DataTypeValidationError,
     RawScalars,
     config_of,
     has_longdouble,
@@ -31,17 +49,33 @@ from npystore.faces.zarr.dtypes.common import (
 )
 from npystore.faces.zarr.dtypes.scalar import zarr_scalar
 
-__all__ = ["NpyField", "NpyStructured", "NpySubarray", "zarr_structured_is_exact"]
+__all__ = [
+    "ZARR_RECORD",
+    "NpyField",
+    "NpyStructured",
+    "NpySubarray",
+    "zarr_record_byte_order",
+    "zarr_structured_is_exact",
+]
+
+#: zarr's own data type for records: ``Struct`` (zarr >= 3.2), else ``Structured``.
+ZARR_RECORD: type[Structured] = getattr(zarr.core.dtype, "Struct", Structured)
+#: Whether zarr keeps the byte order of record fields: ``Struct``'s ``bytes`` codec records it
+#: (``endian``) and converts on write; zarr 3.1's ``Structured`` drops it (values come back
+#: byte-swapped once reopened).
+_KEEPS_FIELD_BYTE_ORDER = ZARR_RECORD is not Structured
 
 NpyStructuredJSON_V3 = NamedConfig[Literal["npystore.structured"], Mapping[str, object]]
 FieldDType: TypeAlias = "str | NpySubarray | NpyStructured"
 
 
 def zarr_structured_is_exact(dtype: np.dtype[Any]) -> bool:
-    """Whether zarr's own ``structured`` type represents ``dtype`` exactly in v3 metadata.
+    """Whether zarr's own record type (:data:`ZARR_RECORD`) stores ``dtype`` exactly.
 
     True for packed records (offsets in field order, no padding, no ``align=True``) without
-    titles or subarrays, whose leaf fields zarr knows and are not big-endian, recursively.
+    titles or subarrays, whose leaf fields zarr's own types hold exactly, recursively; with
+    zarr 3.1's ``Structured`` also no big-endian or raw bytes (``V``) field. As for zarr's
+    other types, reopened arrays have native byte order.
     """
     if not dtype.names or dtype.isalignedstruct or len(dtype.fields) != len(dtype.names):  # type: ignore[arg-type]
         return False
@@ -53,10 +87,42 @@ def zarr_structured_is_exact(dtype: np.dtype[Any]) -> bool:
         if field.names is not None:
             if not zarr_structured_is_exact(field):
                 return False
-        elif field.str[0] == ">" or zarr_scalar(field, field.char) is None:
+        elif zarr_scalar(field, field.char) is None or (
+            # zarr 3.1's Structured: big-endian fields lose their byte order, and a raw bytes
+            # field (V) fails its default fill value
+            not _KEEPS_FIELD_BYTE_ORDER and (field.str[0] == ">" or field.kind == "V")
+        ):
             return False
         offset += field.itemsize
     return offset == dtype.itemsize
+
+
+def _leaf_orders(dtype: np.dtype[Any]) -> set[str]:
+    if dtype.names is not None:
+        return set().union(*(_leaf_orders(dtype.fields[n][0]) for n in dtype.names))  # type: ignore[index]
+    return {dtype.str[0]} if dtype.str[0] in "<>" else set()
+
+
+def zarr_record_byte_order(dtype: np.dtype[Any]) -> str | None:
+    """The ``bytes`` codec's ``endian`` under which zarr's record type reads the raw bytes of
+    ``dtype`` (a record :func:`zarr_structured_is_exact` accepts) as they are.
+
+    Returns
+    -------
+    str or None
+        ``"little"`` or ``"big"``; ``""`` when no field has a byte order (the codec needs
+        none); ``None`` when zarr cannot read them as they are: fields of both byte orders,
+        or big-endian fields with zarr 3.1 (whose ``bytes`` codec ignores ``endian`` for
+        records).
+    """
+    orders = _leaf_orders(dtype)
+    if not orders:
+        return ""
+    if orders == {"<"}:
+        return "little"
+    if orders == {">"} and _KEEPS_FIELD_BYTE_ORDER:
+        return "big"
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -250,8 +316,8 @@ class NpyStructured(RawScalars, ZDType[np.dtypes.VoidDType[int], np.void], HasIt
         native = self.to_native_dtype()
         if zarr_format == 2:
             try:
-                out = Structured.from_native_dtype(native).to_json(zarr_format=2)
-                back = Structured.from_json(out, zarr_format=2).to_native_dtype()
+                out = ZARR_RECORD.from_native_dtype(native).to_json(zarr_format=2)
+                back = ZARR_RECORD.from_json(out, zarr_format=2).to_native_dtype()
             except (TypeError, ValueError) as err:
                 raise ValueError(f"{native!r} has no Zarr v2 form; use Zarr v3 ({err})") from err
             if back != native or back.descr != native.descr or back.itemsize != native.itemsize:
