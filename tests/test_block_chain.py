@@ -17,7 +17,7 @@ from npystore.formats import deflate_write, zblock
 from npystore.formats.zblock import PieceEnd
 from npystore.read import blocks as read_blocks
 from npystore.read import memo
-from npystore.read.blocks import BlockChain
+from npystore.read.blockchain import BlockChain
 from npystore.read.slot import IndexSlot
 
 pytestmark = pytest.mark.skipif(not zblock.available(), reason="zlib cannot be loaded")

@@ -444,7 +444,7 @@ def test_the_record_of_checked_blocks_is_an_entry_like_any_other(
     checkpoint index) is keyed, checksummed and bounded like an index: a later open trusts
     it, a damaged one is removed and the pieces checked again."""
     from npystore.formats import zblock
-    from npystore.read.blocks import BlockChain
+    from npystore.read.blockchain import BlockChain
 
     if not zblock.available():
         pytest.skip("zlib cannot be loaded")

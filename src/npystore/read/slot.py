@@ -118,7 +118,7 @@ class IndexSlot:
                 holder.drop()
 
     def block_chain(self, make: Callable[[int], _C]) -> _C:
-        """The member's block chain (:class:`npystore.read.blocks.BlockChain`), made once
+        """The member's block chain (:class:`npystore.read.blockchain.BlockChain`), made once
         by ``make(pieces already checked)``."""
         with self._chain_lock:
             if self._chain is None:
