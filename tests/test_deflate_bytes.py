@@ -19,6 +19,7 @@ import pytest
 
 import npystore
 from npystore.read import index, inflate, memo
+from npystore.read.layout import DeflatedExtent
 
 
 @pytest.fixture(autouse=True)
@@ -52,8 +53,7 @@ def test_dask_compute_moves_the_compressed_bytes_once(
         got = x.compute()
     np.testing.assert_array_equal(got, a)
     assert m.bytes <= 1.2 * csize, (m.bytes / csize, m.gets)
-    if indexed:
-        inflate.wait_for_background()  # inflated whole for the compute, indexed after
+    if indexed:  # the pass the chunk reads shared built the index
         assert z.archive.index_slot("a.npy") is not None
         assert z.archive.index_slot("a.npy").get() is not None  # type: ignore[union-attr]
 
@@ -130,19 +130,15 @@ def _large(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_first_compute_inflates_the_member_once(
     s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No index yet: the first chunk read inflates the member whole (one pass, checked),
-    the other chunks copy from it, the kept bytes go once every byte was read, and the
-    index is built in the background for later processes."""
+    """No index yet: the chunk reads share one pass over the member (each chunk inflated
+    once, straight into the buffer that becomes its result), which builds the index as it
+    goes; nothing is kept after, no index builder runs, no chunk is inflated from a
+    checkpoint."""
     _large(monkeypatch)
     passes: list[str] = []
-    whole, build, resume = (
-        inflate.inflate_into,
-        inflate.build_index,
-        inflate.deflate.inflate_from_into,
-    )
-    monkeypatch.setattr(inflate, "inflate_into", lambda *a: passes.append("whole") or whole(*a))
+    build, resume = inflate.build_index, inflate.deflate.inflate_from_into
     monkeypatch.setattr(
-        index, "build_index", lambda *a, **k: passes.append("index") or build(*a, **k)
+        inflate, "build_index", lambda *a, **k: passes.append("index") or build(*a, **k)
     )
     monkeypatch.setattr(
         inflate.deflate,
@@ -151,49 +147,51 @@ def test_a_first_compute_inflates_the_member_once(
     )
     url, a, csize = _member(s3, tmp_path)
     z = npystore.open_npz(url, storage_options=s3.storage_options, chunks=(50_000,))
-    with s3.counter.measure() as m:
-        np.testing.assert_array_equal(z["a"].compute(), a)
-    inflate.wait_for_background()
-    assert passes == ["whole", "index"]  # no chunk inflated from a checkpoint
+    with dask.config.set(scheduler="threads", num_workers=4), s3.counter.measure() as m:
+        got = z["a"].compute()
+    np.testing.assert_array_equal(got, a)
+    assert got.flags.writeable
+    assert passes == []  # no index pass, no chunk inflated from a checkpoint
     assert m.bytes <= 1.2 * csize
     slot = z.archive.index_slot("a.npy")
     assert slot is not None
-    assert slot.get() is not None
-    assert slot.inflated() is None  # every byte was read once: released
+    built = slot.get()
+    assert built is not None  # by the pass: a later read resumes from its checkpoints
+    assert len(built.checkpoints) >= a.nbytes // index.INDEX_SPACING
+    assert not slot.holds()  # every byte was read once: nothing kept
+    assert memo.kept_bytes() == 0
+    np.testing.assert_array_equal(z["a"][654_321:654_400].compute(), a[654_321:654_400])
+    assert passes == ["resume"]
 
 
-def test_a_chunk_that_waited_is_served_from_the_kept_member(
-    s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_chunk_of_a_first_compute_is_the_buffer_it_was_inflated_into(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The interleaving the CI run hit: a chunk finds nothing kept, waits for the slot while
-    another chunk inflates the whole member and the background thread indexes it; it then
-    holds an index *and* kept bytes, and copies from the kept bytes, not from a checkpoint."""
+    """Chunks inflated ahead of their read (the scheduler's order) are handed over as they
+    are: one buffer per chunk, no copy; reads of other shapes get copies of the pieces."""
     _large(monkeypatch)
-    url, a, _ = _member(s3, tmp_path)
-    z2 = npystore.open_npz(url, storage_options=s3.storage_options, chunks=(50_000,))
-    slot = z2.archive.index_slot("a.npy")
-    assert slot is not None
-    np.testing.assert_array_equal(z2["a"][:50_000].compute(), a[:50_000])  # kept whole
-    inflate.wait_for_background()
-    kept, built = slot.inflated(), slot.get()
-    assert kept is not None
-    assert built is not None
-    slot.drop()  # as the waiting chunk saw it: nothing kept yet
-
-    def other_threads_meanwhile(build: Any) -> Any:
-        slot.keep(kept, until_read=True)
-        return built
-
-    resumed: list[int] = []
-    resume = inflate.deflate.inflate_from_into
-    monkeypatch.setattr(slot, "ensure", other_threads_meanwhile)
-    monkeypatch.setattr(
-        inflate.deflate,
-        "inflate_from_into",
-        lambda *a, **k: resumed.append(1) or resume(*a, **k),
-    )
-    np.testing.assert_array_equal(z2["a"][600_000:650_000].compute(), a[600_000:650_000])
-    assert resumed == []
+    a = np.round(np.random.default_rng(3).standard_normal(400_000) * 4).astype("<f8")
+    path = tmp_path / "d.npz"
+    np.savez_compressed(path, a=a)
+    z = npystore.open_npz(str(path), index_cache=False)
+    array = z.array("a")
+    storage = array.layout.storage
+    assert isinstance(storage, DeflatedExtent)
+    reader, member, slot, at = array.reader, storage.member, storage.index, storage.data_start
+    step = 100_000 * 8
+    last = inflate.inflate_range_array(reader, member, slot, at + 3 * step, step)  # drives
+    first = slot.first_pass()
+    assert first is not None
+    kept = dict(first._pieces)  # chunks 0, 1, 2 (and the npy header), inflated ahead
+    assert {at, at + step, at + 2 * step} <= set(kept)
+    got = inflate.inflate_range_array(reader, member, slot, at + step, step)
+    assert got is kept[at + step][0]  # the kept buffer itself
+    mid = inflate.inflate_range_array(reader, member, slot, at + step // 2, step // 4)
+    np.testing.assert_array_equal(mid.view("<f8"), a[50_000:75_000])  # a copy of a part
+    for k, arr in ((1, got), (3, last)):
+        np.testing.assert_array_equal(arr.view("<f8"), a[k * 100_000 : (k + 1) * 100_000])
+        assert arr.flags.writeable
+    assert slot.get() is not None  # the read of the last chunk ended the pass: indexed
 
 
 def test_kept_members_are_bounded(s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -204,7 +202,7 @@ def test_kept_members_are_bounded(s3: Any, tmp_path: Path, monkeypatch: pytest.M
     np.testing.assert_array_equal(z["a"][-10:].compute(), a[-10:])
     slot = z.archive.index_slot("a.npy")
     assert slot is not None
-    assert slot.inflated() is None
+    assert not slot.holds()
     assert slot.get() is not None
     monkeypatch.setattr(memo, "KEEP_BUDGET", 2 * a.nbytes)  # room for one member
     kept = []
@@ -216,8 +214,8 @@ def test_kept_members_are_bounded(s3: Any, tmp_path: Path, monkeypatch: pytest.M
         half = a.size // 2  # chunks of a compute, not all read: kept
         np.testing.assert_array_equal(z2["a"][:half].compute(), a[:half])
         kept.append(z2.archive.index_slot("a.npy"))
-    assert kept[0].inflated() is None  # dropped for the second: the budget holds one
-    assert kept[1].inflated() is not None
+    assert not kept[0].holds()  # dropped for the second: the budget holds one
+    assert kept[1].holds()
     assert memo.kept_bytes() <= memo.KEEP_BUDGET
     # a small slice of a member with no index keeps nothing (issue 24 item 7): it builds
     # the index instead of holding the whole member after returning ten values
@@ -227,9 +225,8 @@ def test_kept_members_are_bounded(s3: Any, tmp_path: Path, monkeypatch: pytest.M
     np.testing.assert_array_equal(z3["a"][1000:1010].compute(), a[1000:1010])
     slot = z3.archive.index_slot("a.npy")
     assert slot is not None
-    assert slot.inflated() is None
+    assert not slot.holds()
     assert slot.get() is not None
-    inflate.wait_for_background()
 
 
 def test_a_compute_through_a_known_index_keeps_ranges_in_flight(

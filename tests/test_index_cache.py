@@ -100,14 +100,12 @@ def test_a_changed_object_does_not_use_the_old_index(
     cache_dir = tmp_path / "c"
     monkeypatch.setenv(cache.CACHE_ENV, str(cache_dir))
     npystore.open_npz(url, storage_options=s3.storage_options)["a"][-5:].compute()
-    inflate.wait_for_background()  # the member was inflated whole; its index built after
     b = a[::-1].copy()
     np.savez_compressed(path, a=b)
     s3.put_file(path, "big.npz")
     memo.forget()
     z = npystore.open_npz(url, storage_options=s3.storage_options)
     np.testing.assert_array_equal(z["a"][-5:].compute(), b[-5:])
-    inflate.wait_for_background()
     assert len(list(cache_dir.glob("*.dflidx"))) == 2  # one per identity
 
 
@@ -242,7 +240,6 @@ def test_an_entry_that_is_a_fifo_does_not_hang(
         thread.join()
         pytest.fail("reading a FIFO entry blocked")
     assert result == [None]
-    inflate.wait_for_background()
     assert (cache_dir / name).is_file()  # rebuilt
 
 
@@ -259,7 +256,6 @@ def test_an_entry_that_links_elsewhere_is_removed_unread(
     os.symlink(target, cache_dir / name)
     _slices(path, cache_dir, a)
     assert target.stat().st_mtime == 1
-    inflate.wait_for_background()
     assert not (cache_dir / name).is_symlink()
     os.unlink(cache_dir / name)
     os.symlink("/dev/zero", cache_dir / name)
@@ -280,7 +276,6 @@ def test_an_oversized_entry_is_removed_unread(
     assert index.load_cached_index(z.archive.reader, _member(z), str(cache_dir)) is None
     assert not (cache_dir / name).exists()  # removed (it was read, and kept)
     _slices(path, cache_dir, a)
-    inflate.wait_for_background()
     assert (cache_dir / name).stat().st_size < index.max_index_bytes(_member(z))
 
 
@@ -321,7 +316,6 @@ def test_a_damaged_entry_is_dropped_and_rebuilt(
     raw[start : start + len(payload)] = damaged
     entry.write_bytes(bytes(raw))
     _slices(path, cache_dir, a)
-    inflate.wait_for_background()
     assert _entry_payload(cache_dir, name) == payload  # rewritten as built
 
 
@@ -450,7 +444,7 @@ def test_the_record_of_checked_blocks_is_an_entry_like_any_other(
     checkpoint index) is keyed, checksummed and bounded like an index: a later open trusts
     it, a damaged one is removed and the pieces checked again."""
     from npystore.formats import zblock
-    from npystore.read.blocks import BlockChain
+    from npystore.read.blockchain import BlockChain
 
     if not zblock.available():
         pytest.skip("zlib cannot be loaded")
@@ -461,9 +455,9 @@ def test_the_record_of_checked_blocks_is_an_entry_like_any_other(
     checks: list[int] = []
     real = zblock.inflate_piece
 
-    def counted(piece: Any, limit: int, on_output: Any = None) -> Any:
+    def counted(piece: Any, limit: int, on_output: Any = None, **kw: Any) -> Any:
         checks.append(limit)
-        return real(piece, limit, on_output)
+        return real(piece, limit, on_output, **kw)
 
     monkeypatch.setattr(zblock, "inflate_piece", counted)
 
@@ -486,7 +480,11 @@ def test_the_record_of_checked_blocks_is_an_entry_like_any_other(
     assert entry.read_bytes().startswith(cache.ENTRY_MAGIC)
     count, chain = chain_of_a_new_open()
     assert chain.checked == count
-    assert checks == []  # every piece known from the record
+    # every piece known from the record: none before the slice inflated; the slice's own
+    # (the last) by the checker when that is the fastest inflater (zlib-ng), else ISA-L
+    from npystore.read import blocks as read_blocks
+
+    assert len(checks) == (1 if read_blocks._check_is_fast() else 0)
     raw = bytearray(entry.read_bytes())
     raw[-40] ^= 1
     entry.write_bytes(bytes(raw))

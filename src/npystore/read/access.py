@@ -11,6 +11,7 @@ what the dask face slices chunk by chunk, and what :func:`npystore.load` reads w
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import pickle
 from collections.abc import Iterator
@@ -322,7 +323,12 @@ def _read_deflated(
     machinery under it are imported here, on the first deflated read: an ``.npy`` file
     never needs them.)
     """
-    from npystore.read.inflate import TAIL, inflate_into, inflate_range_into  # noqa: PLC0415
+    from npystore.read.inflate import (  # noqa: PLC0415
+        TAIL,
+        inflate_into,
+        inflate_range_array,
+        inflate_range_into,
+    )
 
     member = storage.member
     if storage.nbytes == 0 and member.uncompressed_size <= TAIL:
@@ -332,19 +338,27 @@ def _read_deflated(
         layout.dtype, layout.shape, layout.order, RawExtent(storage.data_start, storage.nbytes)
     )
     plan = plan_reads(virtual, selection, max_gap=_UNBOUNDED, max_span=_UNBOUNDED)
-    buf = np.empty(math.prod(plan.shape) * layout.dtype.itemsize, dtype=np.uint8)
+    nbytes = math.prod(plan.shape) * layout.dtype.itemsize
+    pieces = plan.iter_pieces()
+    first = next(pieces, None)
+    if first is not None and first.contiguous and first.stop - first.start == nbytes:
+        # one span, the whole result: inflated into a buffer that becomes the result (a
+        # chunk of a first compute: the buffer the shared pass inflated it into)
+        whole = inflate_range_array(reader, member, storage.index, first.start, nbytes)
+        return np.ndarray(plan.shape, dtype=layout.dtype, buffer=whole, order=layout.order)
+    buf = np.empty(nbytes, dtype=np.uint8)
     out: np.ndarray[Any, Any] = np.ndarray(
         plan.shape, dtype=layout.dtype, buffer=buf, order=layout.order
     )
     raw = memoryview(buf.data)
-    for piece in plan.iter_pieces():
+    for piece in itertools.chain([first] if first is not None else [], pieces):
         if piece.contiguous:
             o = sum(b * s for (b, _), s in zip(piece.region, out.strides, strict=True))
             target = raw[o : o + piece.stop - piece.start]
-            inflate_range_into(reader, storage.member, storage.index, piece.start, target)
+            inflate_range_into(reader, member, storage.index, piece.start, target)
             continue
         span = bytearray(piece.stop - piece.start)
-        inflate_range_into(reader, storage.member, storage.index, piece.start, memoryview(span))
+        inflate_range_into(reader, member, storage.index, piece.start, memoryview(span))
         view: np.ndarray[Any, Any] = np.ndarray(
             piece.shape, dtype=layout.dtype, buffer=span, strides=plan.strides
         )

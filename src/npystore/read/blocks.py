@@ -17,14 +17,14 @@ pieces ``0 .. k-1`` passed, the one stream at piece ``k``'s start is in a fresh 
 state, so piece ``k`` inflates alone exactly as within the stream (a back-reference before
 its start fails alone), and piece ``k``'s own check carries the state to piece ``k + 1``.
 
-:class:`BlockChain` records, per member and process, which pieces passed. A read of blocks
-``[i, j)`` needs pieces ``0 .. i-1`` passed: the pieces no read has checked yet are checked
-first (their compressed bytes read in groups, inflated in bounded steps, the output only
-summed); pieces another read is checking are waited for. Its own pieces are checked while
-they are read, or, once checked, inflated with the fastest inflater. A piece that fails
-breaks the chain: every read of the member then goes through the one-stream path
-(checkpoint index or a pass from the start), which gives numpy's bytes or a
-:class:`~npystore.FormatError` (a lying index costs passes, never wrong data).
+:class:`~npystore.read.blockchain.BlockChain` records, per member and process, which pieces
+passed. A read of blocks ``[i, j)`` needs pieces ``0 .. i-1`` passed: the pieces no read has
+checked yet are checked first (their compressed bytes read in groups, inflated in bounded
+steps, the output only summed); pieces another read is checking are waited for. Its own
+pieces are checked while they are read, or, once checked, inflated with the fastest
+inflater. A piece that fails breaks the chain: every read of the member then goes through
+the one-stream path (checkpoint index or a pass from the start), which gives numpy's bytes
+or a :class:`~npystore.FormatError` (a lying index costs passes, never wrong data).
 
 Every inflate here runs in steps of at most :data:`STEP` output bytes: what a block declares
 is never allocated, and only the bytes a read asks for are kept.
@@ -32,8 +32,13 @@ is never allocated, and only the bytes a read asks for are kept.
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
-from typing import TYPE_CHECKING, Final
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
 
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader
@@ -41,6 +46,8 @@ from npystore.fetch.cache import drop_cache_file, read_cache_file, write_cache_f
 from npystore.formats import deflate, zblock
 from npystore.formats.deflate import Checkpoint, DeflateIndex
 from npystore.formats.zblock import PieceEnd
+from npystore.read import memo
+from npystore.read.blockchain import BlockChain
 from npystore.read.index import index_cache_key
 from npystore.read.layout import DeflatedMember
 from npystore.read.memo import compressed_range
@@ -49,99 +56,56 @@ from npystore.read.slot import IndexSlot
 if TYPE_CHECKING:
     from npystore.formats.zipdir import BlockIndex  # zipdir loads only for archives
 
-__all__ = ["CHECK_READ", "STEP", "BlockChain", "read_blocks"]
+__all__ = ["CHECK_READ", "STEP", "read_blocks", "read_blocks_array"]
 
 #: Most output bytes one inflate call produces.
 STEP: Final = zblock.STEP
 #: Most compressed bytes read at once when checking the pieces before a read's blocks.
 CHECK_READ: Final = 8 * 2**20
 
-_UNCHECKED, _CHECKING, _CHECKED = 0, 1, 2
 
-
-class BlockChain:
-    """Which pieces of a block-indexed member passed their check in this process.
-
-    Attributes
-    ----------
-    broken : bool
-        A piece failed: the block index is not used for this member any more.
-    """
-
-    def __init__(self, count: int, checked: int = 0) -> None:
-        self._state = bytearray([_CHECKED]) * min(checked, count) + bytearray(
-            max(0, count - checked)
-        )
-        self.broken = False
-        self._cond = threading.Condition()
-        #: Pieces recorded as checked in the index cache directory (see :func:`read_blocks`).
-        self.persisted = checked
-
-    @property
-    def checked(self) -> int:
-        """How many pieces from the member's start passed (travels with a pickled slot)."""
-        with self._cond:
-            n = 0
-            for s in self._state:
-                if s != _CHECKED:
-                    break
-                n += 1
-            return n
-
-    def is_checked(self, k: int) -> bool:
-        """Whether piece ``k`` passed."""
-        return self._state[k] == _CHECKED
-
-    def claim(self, lo: int, hi: int) -> list[int]:
-        """Mark the unchecked pieces of ``[lo, hi)`` as being checked by the caller."""
-        with self._cond:
-            mine = [k for k in range(lo, hi) if self._state[k] == _UNCHECKED]
-            for k in mine:
-                self._state[k] = _CHECKING
-            return mine
-
-    def settle(self, k: int, *, passed: bool) -> None:
-        """Record the result of checking piece ``k``."""
-        with self._cond:
-            self._state[k] = _CHECKED if passed else _UNCHECKED
-            if not passed:
-                self.broken = True
-            self._cond.notify_all()
-
-    def abandon(self, pieces: list[int]) -> None:
-        """Give back pieces the caller claimed and did not check (its read failed)."""
-        with self._cond:
-            for k in pieces:
-                if self._state[k] == _CHECKING:
-                    self._state[k] = _UNCHECKED
-            self._cond.notify_all()
-
-    def wait(self, hi: int) -> bool | None:
-        """Wait until pieces ``[0, hi)`` passed (True), one failed (False), or one is
-        unclaimed again (``None``: its reader gave up; the caller checks it)."""
-
-        def settled() -> bool:
-            if self.broken:
-                return True
-            return all(s != _CHECKING for s in self._state[:hi])
-
-        with self._cond:
-            self._cond.wait_for(settled)
-            if self.broken:
-                return False
-            if all(s == _CHECKED for s in self._state[:hi]):
-                return True
-            return None
+def read_blocks_array(
+    reader: RangeReader,
+    member: DeflatedMember,
+    slot: IndexSlot,
+    start: int,
+    nbytes: int,
+    *,
+    keep: bool = False,
+) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
+    """Output ``[start, start + nbytes)`` through the block index, as a new array: the
+    buffer another read checked these pieces into, when one did (no copy), else a new one
+    (see :func:`read_blocks`); None when the block index cannot be used."""
+    return _read(reader, member, slot, start, nbytes, None, keep=keep)
 
 
 def read_blocks(
-    reader: RangeReader, member: DeflatedMember, slot: IndexSlot, start: int, out: memoryview
+    reader: RangeReader,
+    member: DeflatedMember,
+    slot: IndexSlot,
+    start: int,
+    out: memoryview,
+    *,
+    keep: bool = False,
 ) -> bool:
     """Fill ``out`` with output ``[start, start + len(out))`` through the block index.
 
     Returns False (``out`` then holds nothing meaningful) when the index cannot be used:
     a piece failed its check, now or in an earlier read, or zlib cannot be loaded; the
     caller reads the member as one stream.
+
+    The read's own pieces come first (each inflated once, its check included, straight
+    into ``out``); then the pieces before them that no other read has taken meanwhile are
+    checked (their compressed bytes fetched in the background from the start, the pieces
+    checked on all cores), and those other reads are checking are waited for. With
+    ``keep`` (the read is a chunk of a compute: the reads of the rest of the member are to
+    come, in whatever order the scheduler picks), all the member's compressed bytes are
+    fetched in the background, and within the keep budget
+    (:func:`npystore.read.memo.reserve`, the whole member reserved once), the pieces
+    checked here are inflated into buffers cut like the reads (of the largest size seen,
+    ending at ``start``), kept for the reads of those ranges (:func:`read_blocks_array`; a read
+    whose pieces are all being checked by another read waits for them): each piece is
+    inflated once.
 
     How many pieces passed is kept in the slot (it travels with pickled graphs) and, with
     an index cache directory, in a file beside the member's checkpoint index (the block
@@ -154,36 +118,98 @@ def read_blocks(
     FetchError
         The compressed bytes could not be read.
     """
+    got = _read(reader, member, slot, start, out.nbytes, out, keep=keep)
+    if got is None:
+        return False
+    if got.ctypes.data != np.frombuffer(out, np.uint8).ctypes.data:
+        out[:] = got.data  # a kept buffer
+    return True
+
+
+def _read(
+    reader: RangeReader,
+    member: DeflatedMember,
+    slot: IndexSlot,
+    start: int,
+    nbytes: int,
+    out: memoryview | None,
+    *,
+    keep: bool,
+) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
+    """:func:`read_blocks` into ``out`` (or a new buffer); the bytes, or None."""
     blocks = member.blocks
     if blocks is None or not zblock.available():
-        return False
+        return None
     chain = slot.block_chain(lambda checked: _chain(reader, member, blocks, slot, checked))
     if chain.broken:
-        return False
-    stop = start + out.nbytes
+        return None
+    stop = start + nbytes
     i, j = blocks.span(start, stop)
-    before = chain.claim(0, i)
+    chain.unit = max(chain.unit, nbytes)
+    kept = _take(chain, start, nbytes, i)
+    if kept is not None:
+        return kept
+    checked = chain.checked
+    if keep:  # a chunk of a compute: the reads of all the rest are to come
+        memo.prefetch(reader, member, 0, member.compressed_size)
+    elif checked < i:  # bytes of the pieces to check (or of those another read checks)
+        coff = blocks.coffsets
+        memo.prefetch(reader, member, coff[checked], coff[i])
     own = chain.claim(i, j)
-    checked_before = bool(before)
+    if not own and chain.keeping and chain.settle_wait(i, j):
+        kept = _take(chain, start, nbytes, i)  # another read checked them: kept for us?
+        if kept is not None:
+            return kept
+    buf = np.empty(nbytes, np.uint8) if out is None else np.frombuffer(out, np.uint8)
+    before: list[int] = []
+    checked_before = False
     try:
-        if before and not _check(reader, member, blocks, chain, before):
-            return False
-        if not _read_own(reader, member, blocks, chain, own, i, j, start, out):
-            return False
+        if not _read_own(reader, member, blocks, chain, own, i, j, start, memoryview(buf.data)):
+            return None
+        chain.served(start, stop)
         while True:
-            settled = chain.wait(i)
+            # the pieces before that no read took meanwhile (an earlier chunk's read, come
+            # later, would inflate them with its data): checked here
+            before = chain.claim(0, i)
+            checked_before = checked_before or bool(before)
+            cut = None
+            if before and keep and _keeping(member, slot, chain):
+                cut = (start, chain.unit)  # (the largest read: the last chunk is smaller)
+            if before and not _check(reader, member, blocks, chain, before, cut):
+                return None
+            settled = chain.wait(i)  # (None: a read checking some of them gave up)
             if settled is not None:
                 break
-            before = chain.claim(0, i)  # a read that was checking them failed: check here
-            checked_before = checked_before or bool(before)
-            if before and not _check(reader, member, blocks, chain, before):
-                return False
     except BaseException:
         chain.abandon(before + own)
         raise
     if settled and (checked_before or chain.checked == len(blocks.usizes)):
         _persist(reader, member, blocks, slot, chain)
-    return settled
+    return buf if settled else None
+
+
+def _take(
+    chain: BlockChain, start: int, nbytes: int, first: int
+) -> np.ndarray[Any, np.dtype[np.uint8]] | None:
+    """The kept output ``[start, start + nbytes)``, once every piece before its first
+    (``first``) passed; None when none is kept, or when not all of those passed (it is
+    then read again)."""
+    kept = chain.take(start, nbytes)
+    if kept is None or not chain.wait(first):
+        return None
+    return kept
+
+
+def _keeping(member: DeflatedMember, slot: IndexSlot, chain: BlockChain) -> bool:
+    """Whether checked output of this member may be kept: decided once, by reserving the
+    whole member in the keep budget."""
+    with chain.deciding:
+        if chain.keeping is None:
+            size = member.uncompressed_size
+            chain.keeping = memo.reserve(slot, size)
+            if chain.keeping:
+                memo.held(slot, size)
+        return chain.keeping
 
 
 def _cache_key(reader: RangeReader, member: DeflatedMember) -> str | None:
@@ -257,14 +283,14 @@ def _persist(
     write_cache_file(slot.cache_dir, key, record.to_bytes())
 
 
-def _groups(blocks: BlockIndex, pieces: list[int]) -> list[list[int]]:
-    """Runs of consecutive pieces, each of at most :data:`CHECK_READ` compressed bytes (or
-    one piece)."""
+def _groups(blocks: BlockIndex, pieces: list[int], cap: int) -> list[list[int]]:
+    """Runs of consecutive pieces, each of at most ``cap`` compressed bytes (or one
+    piece)."""
     groups: list[list[int]] = []
     size = 0
     for k in pieces:
         csize = blocks.csizes[k]
-        if groups and groups[-1][-1] == k - 1 and size + csize <= CHECK_READ:
+        if groups and groups[-1][-1] == k - 1 and size + csize <= cap:
             groups[-1].append(k)
             size += csize
         else:
@@ -273,30 +299,110 @@ def _groups(blocks: BlockIndex, pieces: list[int]) -> list[list[int]]:
     return groups
 
 
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = 0
+_pool_lock = threading.Lock()
+
+
+def _checkers() -> ThreadPoolExecutor:
+    """The process-wide threads that check pieces (one per core; made again after a fork)."""
+    global _pool, _pool_pid  # noqa: PLW0603 - made on first use
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="npystore-check")
+            _pool_pid = os.getpid()
+        return _pool
+
+
+def _cut(
+    blocks: BlockIndex, pieces: list[int], anchor: int, unit: int
+) -> dict[int, tuple[int, int]]:
+    """Piece -> ``(lo, hi)``: the output ranges ``[anchor - (m + 1) * unit, anchor - m *
+    unit)`` that whole pieces of ``pieces`` tile exactly, and their pieces."""
+    uoff = blocks.uoffsets
+    at = {u: k for k, u in enumerate(uoff)}
+    mine = set(pieces)
+    lowest = uoff[min(pieces)]
+    spans: dict[int, tuple[int, int]] = {}
+    hi = anchor
+    while hi - unit >= lowest:
+        lo = hi - unit
+        a, b = at.get(lo), at.get(hi)
+        if a is not None and b is not None and all(k in mine for k in range(a, b)):
+            for k in range(a, b):
+                spans[k] = (lo, hi)
+        hi = lo
+    return spans
+
+
 def _check(
     reader: RangeReader,
     member: DeflatedMember,
     blocks: BlockIndex,
     chain: BlockChain,
     pieces: list[int],
+    cut: tuple[int, int] | None = None,
 ) -> bool:
-    """Check the claimed ``pieces`` (their output only summed); False when one fails."""
-    coff = blocks.coffsets
-    done: set[int] = set()
-    try:
-        for group in _groups(blocks, pieces):
-            lo, hi = group[0], group[-1] + 1
-            data = memoryview(compressed_range(reader, member, coff[lo], coff[hi]))
-            for k in group:
-                piece = data[coff[k] - coff[lo] : coff[k + 1] - coff[lo]]
+    """Check the claimed ``pieces``; False when one fails. Their output is only summed,
+    except, with ``cut`` (``(anchor, unit)``), that of the pieces tiling the ranges of
+    ``unit`` bytes ending at ``anchor``: inflated into a buffer per range, kept in the
+    chain once all its pieces passed (:meth:`BlockChain.keep`).
+
+    The pieces go in groups of consecutive ones (at most :data:`CHECK_READ` compressed
+    bytes, and enough groups for every core), each group's bytes read and its pieces
+    checked by one of the checking threads, this one taking the first group; zlib runs
+    without the interpreter lock, so the groups are checked in parallel.
+    """
+    coff, uoff = blocks.coffsets, blocks.uoffsets
+    total = sum(blocks.csizes[k] for k in pieces)
+    cores = os.cpu_count() or 2
+    groups = _groups(blocks, pieces, min(CHECK_READ, max(1, -(-total // (2 * cores)))))
+    failed = threading.Event()
+    spans = {} if cut is None else _cut(blocks, pieces, *cut)
+    buffers = {lo: np.empty(hi - lo, np.uint8) for lo, hi in set(spans.values())}
+    left = dict.fromkeys(buffers, 0)
+    for lo, _ in spans.values():
+        left[lo] += 1
+    left_lock = threading.Lock()
+
+    def run(group: list[int]) -> None:
+        if failed.is_set():
+            return
+        lo, hi = group[0], group[-1] + 1
+        data = memoryview(compressed_range(reader, member, coff[lo], coff[hi]))
+        for k in group:
+            if failed.is_set():
+                return
+            piece = data[coff[k] - coff[lo] : coff[k + 1] - coff[lo]]
+            span = spans.get(k)
+            if span is None:
                 passed = _inflate_checked(blocks, k, piece, None, 0, 0)
-                chain.settle(k, passed=passed)
-                done.add(k)
-                if not passed:
-                    return False
+            else:
+                view = memoryview(buffers[span[0]].data)
+                target = view[uoff[k] - span[0] : uoff[k + 1] - span[0]]
+                passed = _inflate_checked(blocks, k, piece, target, 0, blocks.usizes[k])
+            if passed and span is not None:
+                with left_lock:
+                    left[span[0]] -= 1
+                    done = left[span[0]] == 0
+                if done:  # (kept before its last piece settles: its read waits for that)
+                    chain.keep(span[0], buffers[span[0]])
+            chain.settle(k, passed=passed)
+            if not passed:
+                failed.set()
+                return
+
+    try:
+        futures = [_checkers().submit(run, g) for g in groups[1:]]
+        try:
+            run(groups[0])
+        finally:
+            wait(futures)
+        for f in futures:
+            f.result()  # a fetch's error
     finally:
-        chain.abandon([k for k in pieces if k not in done])
-    return True
+        chain.abandon(pieces)  # those not settled (a failure stopped the others)
+    return not failed.is_set()
 
 
 def _read_own(
@@ -320,7 +426,7 @@ def _read_own(
         piece = data[coff[k] - coff[i] : coff[k + 1] - coff[i]]
         lo, hi = max(start, uoff[k]), min(stop, uoff[k + 1])
         target = out[lo - start : hi - start]
-        if chain.is_checked(k):
+        if chain.is_checked(k) and not _check_is_fast():
             passed = _inflate_fast(blocks, k, piece, target, lo - uoff[k])
         else:
             passed = _inflate_checked(blocks, k, piece, target, lo - uoff[k], hi - uoff[k])
@@ -335,6 +441,14 @@ def _read_own(
     return True
 
 
+@functools.cache
+def _check_is_fast() -> bool:
+    """Whether checking a piece costs what inflating it with the fastest inflater does
+    (zlib-ng: checked pieces are checked again when read; else ISA-L inflates them)."""
+    name = zblock.library()
+    return name is not None and name.startswith("zlib-ng")
+
+
 def _inflate_checked(
     blocks: BlockIndex,
     k: int,
@@ -343,23 +457,25 @@ def _inflate_checked(
     lo: int,
     hi: int,
 ) -> bool:
-    """Inflate piece ``k`` alone with zlib (``Z_BLOCK``), copying its output ``[lo, hi)``
-    into ``target``; whether it passes: size, CRC-32, every byte consumed, and its end
-    between blocks (the last piece: the stream's end)."""
+    """Inflate piece ``k`` alone (:func:`npystore.formats.zblock.inflate_piece`), its
+    output ``[lo, hi)`` into ``target`` (straight into it when that is the whole output);
+    whether it passes: size, CRC-32, every byte consumed, and its end between blocks (the
+    last piece: the stream's end)."""
     usize = blocks.usizes[k]
     crc = 0
     at = 0
+    whole = target is not None and lo == 0 and hi == usize
 
     def take(chunk: memoryview) -> None:
         nonlocal crc, at
         crc = deflate.crc32(chunk, crc)
-        if target is not None:
+        if target is not None and not whole:
             a, b = max(lo, at), min(hi, at + chunk.nbytes)
             if b > a:
                 target[a - lo : b - lo] = chunk[a - at : b - at]
         at += chunk.nbytes
 
-    result = zblock.inflate_piece(piece, usize, take)
+    result = zblock.inflate_piece(piece, usize, take, into=target if whole else None)
     want = PieceEnd.END if k == len(blocks.usizes) - 1 else PieceEnd.BOUNDARY
     return (
         result.error is None

@@ -7,9 +7,10 @@
   (:func:`index_cache_key`: the object's strong identity and the member; an object whose
   identity is weak, see :mod:`npystore.fetch.identity`, is never cached); an index read
   from it is a :class:`CachedIndex`, checked as it is used (:func:`rebuild_index`);
-- :func:`build_in_background`: one thread builds the indexes of members a first compute
-  inflated whole (:func:`npystore.read.inflate.inflate_range_into`), for later processes;
-  :func:`wait_for_background` waits for it.
+  :func:`cache_index` writes one.
+
+(A first compute of a member builds its index in the pass its chunk reads share:
+:mod:`npystore.read.firstpass`.)
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ import functools
 import io
 import logging
 import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
@@ -42,24 +41,21 @@ __all__ = [
     "CachedIndex",
     "MemberGzipFile",
     "build_and_cache_index",
-    "build_in_background",
     "build_index",
     "build_or_load_index",
     "index_builder_name",
     "index_cache_key",
     "index_cache_path",
     "load_cached_index",
+    "cache_index",
     "max_index_bytes",
     "rebuild_index",
-    "wait_for_background",
 ]
 
 #: Output spacing asked of index builders.
 INDEX_SPACING: Final = 4 * 2**20
 
 _log = logging.getLogger(__name__)
-_BACKGROUND: ThreadPoolExecutor | None = None
-_BACKGROUND_LOCK = threading.Lock()
 
 
 class MemberGzipFile(io.RawIOBase):
@@ -347,12 +343,21 @@ def build_and_cache_index(
     """Build the member's index (:func:`build_index`) and write it to the cache directory
     (when the object's identity is strong and the index within :func:`max_index_bytes`)."""
     index = build_index(reader, member)
+    if index is not None:
+        cache_index(reader, member, cache_dir, index)
+    return index
+
+
+def cache_index(
+    reader: RangeReader, member: DeflatedMember, cache_dir: str | None, index: DeflateIndex
+) -> None:
+    """Write the member's index to the cache directory (when there is one, the object's
+    identity is strong and the index within :func:`max_index_bytes`)."""
     key = None if cache_dir is None else index_cache_key(reader, member)
-    if index is not None and cache_dir is not None and key is not None:
+    if cache_dir is not None and key is not None:
         data = index.to_bytes()
         if len(data) <= max_index_bytes(member):
             write_cache_file(cache_dir, key, data)
-    return index
 
 
 def rebuild_index(
@@ -374,50 +379,3 @@ def rebuild_index(
     drop_cache_file(bad.cache_dir, bad.key, why)
     build = functools.partial(build_and_cache_index, reader, member, bad.cache_dir)
     return slot.replace(bad, build)
-
-
-def build_in_background(reader: RangeReader, member: DeflatedMember, slot: IndexSlot) -> None:
-    """Build (or load) the member's index into ``slot`` on the background thread, and cache
-    it; returns at once (see :func:`wait_for_background`)."""
-    if index_builder_name() is not None:
-        _background().submit(_build_later, reader, member, slot)
-
-
-def _background() -> ThreadPoolExecutor:
-    """The one thread that builds indexes of members inflated whole (see
-    :func:`_index_or_whole`)."""
-    global _BACKGROUND  # noqa: PLW0603 - made on first use
-    with _BACKGROUND_LOCK:
-        if _BACKGROUND is None:
-            _BACKGROUND = ThreadPoolExecutor(
-                1, thread_name_prefix="npystore-index", initializer=_lower_priority
-            )
-        return _BACKGROUND
-
-
-def wait_for_background() -> None:
-    """Wait until the indexes being built in the background are built (and cached)."""
-    with _BACKGROUND_LOCK:
-        pool = _BACKGROUND
-    if pool is not None:
-        pool.submit(lambda: None).result()  # one thread, in order: everything before is done
-
-
-def _lower_priority() -> None:
-    """Run the background thread at the lowest CPU priority (Linux: per thread): the
-    chunk reads of the compute that started it come first on a busy machine."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):  # not Linux, or not allowed: the normal priority
-        return
-
-
-def _build_later(reader: RangeReader, member: DeflatedMember, slot: IndexSlot) -> None:
-    try:
-        slot.ensure(functools.partial(build_or_load_index, reader, member, slot.cache_dir))
-    except (FormatError, FetchError, OSError) as exc:
-        # the member was just inflated and checked whole, so this is the store or the
-        # cache directory: the read that needs the index builds it again and raises then
-        _log.warning(
-            "%s:%s: building the checkpoint index failed: %s", reader.url, member.name, exc
-        )

@@ -2,13 +2,14 @@
 
 - :func:`inflate_into` inflates a whole member in one sequential pass (ISA-L when
   installed) straight into a caller's buffer, checking the CRC-32.
-- :func:`inflate_range_into` / :func:`inflate_range` give output ``[start, stop)``: from the
-  archive's own block index when it has one and every block up to the range passes its
-  check (:mod:`npystore.read.blocks`); else from the member's
-  checkpoint index (:mod:`npystore.read.index`: one range read and a short inflate from
-  the nearest checkpoint); for a first compute of a member with no index, from the member
-  inflated whole once and kept until read; else a sequential pass from the start that
-  stops at ``stop``.
+- :func:`inflate_range_into` / :func:`inflate_range` / :func:`inflate_range_array` give
+  output ``[start, stop)``: from the archive's own block index when it has one and every
+  block up to the range passes its check (:mod:`npystore.read.blocks`); else from the
+  member's checkpoint index (:mod:`npystore.read.index`: one range read and a short
+  inflate from the nearest checkpoint); for the chunks of a first compute of a member with
+  no index, from the one pass over the member they share (:mod:`npystore.read.firstpass`,
+  which builds the index as it goes); else a sequential pass from the start that stops at
+  ``stop``.
 
 All bytes are read through :class:`~npystore.fetch.RangeReader`.
 """
@@ -16,35 +17,33 @@ All bytes are read through :class:`~npystore.fetch.RangeReader`.
 from __future__ import annotations
 
 import functools
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
 from npystore.errors import FormatError
 from npystore.fetch import RangeReader
 from npystore.fetch.cache import entry_name
-from npystore.formats import deflate
+from npystore.formats import deflate, zblock
 from npystore.formats.deflate import DeflateIndex
 from npystore.read import memo
-from npystore.read.blocks import read_blocks
+from npystore.read.blocks import read_blocks, read_blocks_array
 from npystore.read.crccheck import CrcLedger
+from npystore.read.firstpass import FirstPass
 from npystore.read.index import (
     INDEX_SPACING,
     CachedIndex,
     MemberGzipFile,
-    build_and_cache_index,
-    build_in_background,
     build_index,
     build_or_load_index,
     index_builder_name,
     index_cache_path,
     load_cached_index,
     rebuild_index,
-    wait_for_background,
 )
 from npystore.read.layout import DeflatedMember
-from npystore.read.memo import MEMO_MEMBER, compressed_range
-from npystore.read.sequential import STREAM_BLOCK, check_full_pass, stream
+from npystore.read.memo import compressed_range
+from npystore.read.sequential import STREAM_BLOCK, TAIL, check_full_pass, stream
 from npystore.read.slot import IndexSlot
 
 __all__ = [
@@ -56,10 +55,12 @@ __all__ = [
     "index_builder_name",
     "index_cache_path",
     "load_cached_index",
-    "wait_for_background",
+    # re-exported from npystore.read.sequential
+    "TAIL",
     # this module's
     "inflate_into",
     "inflate_range",
+    "inflate_range_array",
     "inflate_range_into",
 ]
 
@@ -69,15 +70,12 @@ HEAD_FRACTION: Final = 8
 #: Members with at most this many compressed bytes are inflated from their start (one read,
 #: a few milliseconds) rather than indexed.
 SMALL_MEMBER: Final = STREAM_BLOCK
-#: Members inflating to at most this many bytes are inflated whole, and kept until read, when
-#: a chunk read of a compute finds no index (see :func:`_index_or_whole`).
+#: Members inflating to at most this many bytes are read through a first pass when a chunk
+#: read of a compute finds no index (see :func:`_first_pass`).
 KEEP_MEMBER: Final = 256 * 2**20
-#: A read counts as a chunk of a compute of the whole member (which keeps the member
-#: inflated) when it asks for at least 1/KEEP_SHARE of it; a smaller slice builds the index.
+#: A read counts as a chunk of a compute of the whole member (which shares a first pass
+#: over it) when it asks for at least 1/KEEP_SHARE of it; a smaller slice builds the index.
 KEEP_SHARE: Final = 64
-#: A pass from the start that stops at most this many bytes before the member's end goes on
-#: to the end, so that it checks the CRC-32 (bytes some writers leave after the array data).
-TAIL: Final = 64 * 2**10
 
 
 def inflate_into(reader: RangeReader, member: DeflatedMember, out: memoryview) -> None:
@@ -91,45 +89,74 @@ def inflate_into(reader: RangeReader, member: DeflatedMember, out: memoryview) -
     check_full_pass(f"{reader.url}:{member.name}", member, member.uncompressed_size, crc, adler)
 
 
-def _index_or_whole(
-    reader: RangeReader, member: DeflatedMember, slot: IndexSlot, want: int
-) -> DeflateIndex | None:
-    """What a read of ``want`` bytes of a member with no index yet in this process uses: the
-    index from the cache; else, for a read that looks like a chunk of a compute of the whole
-    member (at least 1/:data:`KEEP_SHARE` of it) of a member of at most :data:`KEEP_MEMBER`
-    bytes (whose compressed bytes :mod:`npystore.read.memo` keeps), when the keep budget
-    has room for it (:func:`npystore.read.memo.reserve`, counting members being inflated by
-    other threads), the whole member inflated once and kept until its bytes have been read
-    (``None``; the index is then built in the background and cached, for later processes);
-    else the index built now.
+def _compute_chunk(member: DeflatedMember, want: int) -> bool:
+    """Whether a read of ``want`` bytes looks like a chunk of a compute of the whole member
+    (at least 1/:data:`KEEP_SHARE` of a member of at most :data:`KEEP_MEMBER` bytes): the
+    reads of the rest are to come, and what is inflated ahead of them may be kept."""
+    size = member.uncompressed_size
+    return size <= KEEP_MEMBER and want * KEEP_SHARE >= size
 
-    A dask compute of a member with no index would otherwise pass over it twice: once to
-    build the index, once more, chunk by chunk, from its checkpoints. A small slice does not
-    keep the member: it would hold the whole member after returning a few bytes.
+
+def _first_pass(
+    reader: RangeReader, member: DeflatedMember, slot: IndexSlot, want: int
+) -> FirstPass | None:
+    """The first pass the chunk reads of a compute of a member with no index share
+    (:class:`~npystore.read.firstpass.FirstPass`), or ``None``: the member has an index
+    (in the slot, or in the index cache: then it goes into the slot), the read asks for
+    less than 1/:data:`KEEP_SHARE` of the member (a slice: the pass could keep the rest of
+    the member after returning a few bytes), the member inflates to more than
+    :data:`KEEP_MEMBER` bytes or its compressed bytes are not kept
+    (:data:`~npystore.read.memo.MEMO_MEMBER`), zlib cannot be loaded, or the keep budget
+    has no room for the whole member (:func:`npystore.read.memo.reserve`, counting the
+    passes of other members). A member has at most one first pass; once made, every read
+    of the member tries it first.
     """
-    if slot.inflated() is not None:  # another chunk's call kept it
-        return None
-    cached = load_cached_index(reader, member, slot.cache_dir)
-    if cached is not None:
-        return cached
+    made = slot.first_pass()  # (it may hold pieces after installing the index)
+    if made is not None or slot.get() is not None:
+        return made
     size = member.uncompressed_size
     if (
-        size > KEEP_MEMBER
-        or want * KEEP_SHARE < size
-        or member.compressed_size > MEMO_MEMBER
-        or not memo.reserve(slot, size)
+        not _compute_chunk(member, want)
+        or member.compressed_size > memo.MEMO_MEMBER
+        or not zblock.available()
     ):
-        return build_and_cache_index(reader, member, slot.cache_dir)  # (nothing cached)
-    try:
-        whole = memoryview(np.empty(size, np.uint8).data)  # not zero-filled: all is written
-        inflate_into(reader, member, whole)  # checks the CRC-32
-    except BaseException:
-        memo.release(slot)
-        raise
-    slot.keep(whole, until_read=True)
-    memo.held(slot, size)
-    build_in_background(reader, member, slot)
-    return None
+        return None
+
+    def make() -> FirstPass | None:
+        # an index from the cache goes into the slot only if it holds none: a second
+        # load would replace the index earlier chunks read through (and their CRC ledger)
+        cached = functools.partial(load_cached_index, reader, member, slot.cache_dir)
+        if slot.ensure(cached) is not None:
+            return None
+        if not memo.reserve(slot, size):
+            return None
+        made = FirstPass(reader, member, slot)
+        memo.held(slot, size)
+        return made
+
+    return slot.first_pass(make)
+
+
+def inflate_range_array(
+    reader: RangeReader, member: DeflatedMember, slot: IndexSlot, start: int, nbytes: int
+) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """Uncompressed bytes ``[start, start + nbytes)`` of a member as a new, writable array
+    (see :func:`inflate_range_into`): a chunk of a first compute comes as the buffer the
+    first pass inflated it into, without a copy."""
+    if slot.inflated() is None:
+        if member.blocks is not None:
+            keep = _compute_chunk(member, nbytes)
+            got = read_blocks_array(reader, member, slot, start, nbytes, keep=keep)
+            if got is not None:
+                return got
+        first = _first_pass(reader, member, slot, nbytes)
+        if first is not None:
+            got = first.read(start, nbytes)
+            if got is not None:
+                return got
+    buf = np.empty(nbytes, np.uint8)  # not zero-filled: all is written
+    inflate_range_into(reader, member, slot, start, memoryview(buf.data))
+    return buf
 
 
 def inflate_range_into(
@@ -137,13 +164,14 @@ def inflate_range_into(
 ) -> None:
     """Fill ``out`` with uncompressed bytes ``[start, start + len(out))`` of a member.
 
-    Uses the member's index: from the cache, else for a chunk of a compute (at least
-    1/:data:`KEEP_SHARE` of the member) of a member of at most :data:`KEEP_MEMBER` bytes,
-    within the keep budget, the member is inflated whole once and kept until read (the
-    index built in the background, for later processes), else the index is built first
-    (once per process) if an index builder is installed; without one, for a small member
-    (:data:`SMALL_MEMBER`), or for a range in the first ``1 / HEAD_FRACTION`` of a member
-    not indexed yet, inflates sequentially from the start.
+    Uses the member's block index, as far as its blocks pass their check; else its
+    checkpoint index, from the slot or the cache; else, for a chunk of a compute (at least
+    1/:data:`KEEP_SHARE` of a member of at most :data:`KEEP_MEMBER` bytes), within the keep
+    budget, the first pass the chunk reads share (it builds the index as it goes); else
+    the index is built first (once per process) if an index builder is installed; without
+    one, for a small member (:data:`SMALL_MEMBER`), or for a range in the first
+    ``1 / HEAD_FRACTION`` of a member not indexed yet, inflates sequentially from the
+    start.
 
     Every pass over the whole member checks its CRC-32 (ZIP) or Adler-32 (zlib): building
     the index, and a sequential pass whose range ends within :data:`TAIL` bytes of the
@@ -163,8 +191,16 @@ def inflate_range_into(
         return
     if slot.serve(start, out):
         return
-    if member.blocks is not None and read_blocks(reader, member, slot, start, out):
+    if member.blocks is not None and read_blocks(
+        reader, member, slot, start, out, keep=_compute_chunk(member, out.nbytes)
+    ):
         return
+    first = _first_pass(reader, member, slot, out.nbytes)
+    if first is not None:
+        got = first.read(start, out.nbytes)
+        if got is not None:
+            out[:] = got.data
+            return
     if member.compressed_size <= SMALL_MEMBER or (
         slot.get() is None and stop <= member.uncompressed_size // HEAD_FRACTION
     ):
@@ -172,11 +208,7 @@ def inflate_range_into(
         # inflate from the start than to index first (an index is a whole pass)
         index = slot.get()
     else:
-        index = slot.ensure(functools.partial(_index_or_whole, reader, member, slot, out.nbytes))
-        # another chunk's call may have kept the whole member while this one waited, and
-        # its background index may be built already: the kept bytes serve first either way
-        if slot.serve(start, out):
-            return
+        index = slot.ensure(functools.partial(build_or_load_index, reader, member, slot.cache_dir))
     if index is None:
         _from_start(reader, member, start, out)
         return

@@ -11,9 +11,11 @@ byte). Over a network each of those passes would move the compressed bytes again
 So the compressed bytes of a member of at most :data:`MEMO_MEMBER` bytes are kept in this
 process, in grains of :data:`GRAIN` bytes: :func:`compressed_range` serves a range from
 the grains already kept, and fetches the missing ones (runs of them, in requests of at most
-:data:`PART` bytes, all in flight together); a grain another read is fetching is waited
-for, not fetched twice. Slicing the middle of a member fetches only the grains of its
-range.
+:data:`PART` bytes, all in flight together, each with its own future: a read waits only for
+the parts of its range, so a pass that inflates from the start begins as soon as the
+first part arrived); a grain another read is fetching is waited for, not fetched twice.
+Slicing the middle of a member fetches only the grains of its range; :func:`prefetch`
+starts fetching a range in the background.
 
 **Read-ahead for scans.** A dask compute of a member runs as many chunk tasks at a time as
 the scheduler has threads (two on a two-core machine), and each task's range is one round
@@ -64,6 +66,7 @@ __all__ = [
     "forget",
     "held",
     "kept_bytes",
+    "prefetch",
     "release",
     "reserve",
 ]
@@ -134,18 +137,19 @@ class _Kept:
         if run:
             runs.append(run)
         if runs:
-            requests: list[tuple[int, memoryview]] = []
             view = memoryview(self.buf.data).cast("B")
+            per = max(1, PART // GRAIN)
             for r in runs:
-                a, b = r[0] * GRAIN, min(self.size, (r[-1] + 1) * GRAIN)
-                for at in range(a, b, PART):
-                    requests.append((offset + at, view[at : min(b, at + PART)]))
-            future = reader.start_readinto(requests)
-            grains = [g for r in runs for g in r]
-            for g in grains:
-                self.grains[g] = future
-            future.add_done_callback(functools.partial(self._settle, grains=grains))
-            waits[id(future)] = future
+                # one read per part, each with its own future: a reader waits only for the
+                # parts of its range while the rest are still arriving
+                for first in range(r[0], r[-1] + 1, per):
+                    grains = list(range(first, min(r[-1] + 1, first + per)))
+                    a, b = grains[0] * GRAIN, min(self.size, (grains[-1] + 1) * GRAIN)
+                    future = reader.start_readinto([(offset + a, view[a:b])])
+                    for g in grains:
+                        self.grains[g] = future
+                    future.add_done_callback(functools.partial(self._settle, grains=grains))
+                    waits[id(future)] = future
         return list(waits.values())
 
     def _settle(self, future: Future[None], *, grains: list[int]) -> None:
@@ -199,8 +203,8 @@ def compressed_range(
     start, stop : int
         The range, ``0 <= start <= stop <= member.compressed_size``.
     ahead : int
-        Fetch this many bytes past ``stop`` too, in the same batch (a sequential pass
-        prefetches its next block).
+        Start fetching this many bytes past ``stop`` too (a sequential pass prefetches what
+        it reads next); only ``[start, stop)`` is waited for.
     read_ahead : bool
         Random access by chunk tasks: when the range continues an earlier read on one side,
         fetch the next window in that direction in the background (see the module doc).
@@ -224,11 +228,13 @@ def compressed_range(
         return b""
     kept = _kept(reader, member)
     lo, hi = start // GRAIN, -(-min(csize, stop + ahead) // GRAIN)
+    need = -(-stop // GRAIN)
     last = -(-csize // GRAIN)
     with kept.lock:
         below = kept.touched(lo) or (lo > 0 and kept.touched(lo - 1))
         above = kept.touched(hi - 1) or (hi < last and kept.touched(hi))
-        waits = kept.fetch(reader, member.offset, lo, hi)
+        kept.fetch(reader, member.offset, lo, hi)
+        waits = kept.fetch(reader, member.offset, lo, need)  # (not ``ahead``'s grains)
         if read_ahead and below != above:  # continues a read on one side: a scan
             kept.scanning = True
         if read_ahead and kept.scanning:  # keep a window fetched on both sides of the run
@@ -238,16 +244,30 @@ def compressed_range(
             kept.fetch(reader, member.offset, run_hi, min(last, run_hi + window))
     wait(waits)
     with kept.lock:  # grains whose fetch failed (ours, or another read's read-ahead)
-        again = kept.fetch(reader, member.offset, lo, -(-stop // GRAIN))
+        again = kept.fetch(reader, member.offset, lo, need)
     for future in again:
         future.result()  # raises the fetch's error
     view = memoryview(kept.buf.data)[start:stop]
     return view.toreadonly()
 
 
-#: Most inflated bytes of whole members kept for chunk reads in one process
-#: (:meth:`~npystore.read.slot.IndexSlot.keep` with ``until_read``), counting the members
-#: being inflated to be kept (:func:`reserve`).
+def prefetch(reader: RangeReader, member: DeflatedMember, start: int, stop: int) -> None:
+    """Start fetching compressed bytes ``[start, stop)`` of a member whose compressed bytes
+    are kept (at most :data:`MEMO_MEMBER`; else nothing), in the background: a later
+    :func:`compressed_range` waits only for what is still in flight. A failed fetch is
+    tried again by the read that needs the bytes."""
+    csize = member.compressed_size
+    start, stop = max(0, start), min(csize, stop)
+    if csize > MEMO_MEMBER or start >= stop:
+        return
+    kept = _kept(reader, member)
+    with kept.lock:
+        kept.fetch(reader, member.offset, start // GRAIN, -(-stop // GRAIN))
+
+
+#: Most inflated bytes held for chunk reads in one process: the whole member for each first
+#: pass (:class:`~npystore.read.firstpass.FirstPass`) that still holds bytes or may keep
+#: more, reserved before it starts (:func:`reserve`).
 KEEP_BUDGET: Final = 256 * 2**20
 
 _held: OrderedDict[int, tuple[weakref.ref[IndexSlot], int]] = OrderedDict()
@@ -306,7 +326,7 @@ def kept_bytes() -> int:
 
 def _holds(ref: weakref.ref[IndexSlot]) -> bool:
     slot = ref()
-    return slot is not None and slot.inflated() is not None
+    return slot is not None and slot.holds()
 
 
 def forget() -> None:

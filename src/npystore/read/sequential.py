@@ -22,10 +22,20 @@ from npystore.formats import deflate
 from npystore.read.layout import DeflatedMember
 from npystore.read.memo import MEMO_MEMBER, compressed_range
 
-__all__ = ["INPUT_SLICE", "STREAM_BLOCK", "CompressedBlocks", "check_full_pass", "stream"]
+__all__ = [
+    "INPUT_SLICE",
+    "STREAM_BLOCK",
+    "TAIL",
+    "CompressedBlocks",
+    "check_full_pass",
+    "stream",
+]
 
 #: Compressed bytes fetched per sequential read.
 STREAM_BLOCK: Final = 8 * 2**20
+#: A pass from the start that stops at most this many bytes before the member's end goes on
+#: to the end, so that it checks the CRC-32 (bytes some writers leave after the array data).
+TAIL: Final = 64 * 2**10
 
 
 class CompressedBlocks:

@@ -3,32 +3,40 @@
 Every chunk of a deflated member (a ``savez_compressed`` member, a compressed MATLAB v5
 variable) reads through the member's one :class:`IndexSlot`: the index is built at most
 once per process (or read from the index cache), travels with pickled dask graphs, and
-the slot can hold the whole member's inflated bytes for the reads of this process.
+the slot can hold the whole member's inflated bytes for the reads of this process, or the
+one pass over it that the chunk reads of a first compute share
+(:class:`npystore.read.firstpass.FirstPass`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from npystore.formats.deflate import DeflateIndex
 from npystore.read.crccheck import CrcLedger
 
-__all__ = ["UNREAD_SLACK", "IndexSlot"]
+__all__ = ["IndexSlot"]
 
 
 class _Chain(Protocol):
     @property
     def checked(self) -> int: ...
 
+    def holds(self) -> bool: ...
+
+    def drop(self) -> None: ...
+
+
+class _Pass(Protocol):
+    def holds(self) -> bool: ...
+
+    def drop(self) -> None: ...
+
 
 _C = TypeVar("_C", bound=_Chain)
-
-
-#: Bytes of a member kept ``until_read`` that may stay unread when it is released (its npy
-#: header: chunk reads start at the array data).
-UNREAD_SLACK: Final = 64 * 2**10
+_P = TypeVar("_P", bound=_Pass)
 
 
 class IndexSlot:
@@ -36,8 +44,9 @@ class IndexSlot:
 
     Pickles with its current content (an index built on the client travels with the graph,
     as does how many pieces of a block index passed their check, :meth:`block_chain`); the
-    lock does not travel, nor does a member's inflated bytes kept in this process
-    (:meth:`keep`): a graph stays small, and a worker inflates what it reads itself.
+    locks do not travel, nor do a member's inflated bytes kept in this process
+    (:meth:`keep`) or its first pass (:meth:`first_pass`): a graph stays small, and a
+    worker inflates what it reads itself.
     """
 
     def __init__(
@@ -54,19 +63,16 @@ class IndexSlot:
         self.cache_dir = cache_dir
         self._lock = threading.Lock()
         self._inflated: bytes | bytearray | memoryview | None = None
-        #: With ``until_read``: output bytes still to be served before the kept bytes go.
-        self._unread: int | None = None
-        self._unread_lock = threading.Lock()  # not ``_lock``: an index build holds that
+        self._pass: Any = None
+        self._pass_lock = threading.Lock()  # not ``_lock``: an index build holds that
         #: The CRC-32 ledger of the output read through an index, with that index.
         self._ledger: tuple[DeflateIndex, CrcLedger] | None = None
+        self._ledger_lock = threading.Lock()
 
-    def keep(self, inflated: bytes | bytearray | memoryview, *, until_read: bool = False) -> None:
-        """Keep the whole member's inflated (and checked) bytes for reads in this process;
-        with ``until_read``, only until all but :data:`UNREAD_SLACK` of them have been
-        served (:meth:`serve`: a dask compute reads each chunk once; the npy header before
-        the array data is read otherwise) or :meth:`drop`."""
+    def keep(self, inflated: bytes | bytearray | memoryview) -> None:
+        """Keep the whole member's inflated (and checked) bytes for reads in this process
+        (until :meth:`drop`)."""
         self._inflated = inflated
-        self._unread = len(inflated) - UNREAD_SLACK if until_read else None
 
     def inflated(self) -> bytes | bytearray | memoryview | None:
         """The member's inflated bytes, when kept in this process (:meth:`keep`)."""
@@ -79,19 +85,40 @@ class IndexSlot:
         if kept is None:
             return False
         out[:] = memoryview(kept)[start : start + out.nbytes]
-        with self._unread_lock:
-            if self._unread is not None:
-                self._unread -= out.nbytes
-                if self._unread <= 0:
-                    self._inflated = self._unread = None
         return True
 
+    def first_pass(self, make: Callable[[], _P | None] | None = None) -> _P | None:
+        """The member's first pass (:class:`npystore.read.firstpass.FirstPass`); when there
+        is none, the one ``make`` gives (made once: the lock is held while it runs)."""
+        first: _P | None = self._pass
+        if first is not None or make is None:
+            return first
+        with self._pass_lock:
+            if self._pass is None:
+                self._pass = make()
+            made: _P | None = self._pass
+            return made
+
+    def holds(self) -> bool:
+        """Whether the slot holds inflated bytes for reads to come (kept whole, by its
+        first pass, or by its block chain)."""
+        first, chain = self._pass, self._chain
+        return (
+            self._inflated is not None
+            or (first is not None and first.holds())
+            or (chain is not None and chain.holds())
+        )
+
     def drop(self) -> None:
-        """Forget the kept output (memory budget)."""
-        self._inflated = self._unread = None
+        """Forget the kept output, stop the first pass, let the block chain's kept output
+        go (memory budget)."""
+        self._inflated = None
+        for holder in (self._pass, self._chain):
+            if holder is not None:
+                holder.drop()
 
     def block_chain(self, make: Callable[[int], _C]) -> _C:
-        """The member's block chain (:class:`npystore.read.blocks.BlockChain`), made once
+        """The member's block chain (:class:`npystore.read.blockchain.BlockChain`), made once
         by ``make(pieces already checked)``."""
         with self._chain_lock:
             if self._chain is None:
@@ -138,7 +165,7 @@ class IndexSlot:
     def ledger(self, index: DeflateIndex, make: Callable[[], CrcLedger]) -> CrcLedger | None:
         """The CRC-32 ledger of the output read through ``index`` (made by ``make`` on first
         use); None when the slot no longer holds ``index`` (it was replaced)."""
-        with self._unread_lock:
+        with self._ledger_lock:
             if self._index is not index:
                 return None
             if self._ledger is None or self._ledger[0] is not index:
