@@ -1,4 +1,4 @@
-"""Checkpoint indexes of deflated members: built, cached on disk, built in the background.
+"""Checkpoint indexes of deflated members: built in one pass, cached on disk, checked as used.
 
 - :func:`build_index` makes the index in one sequential pass with indexed_gzip (or
   rapidgzip) over :class:`MemberGzipFile`, a gzip view of the member; without either it
