@@ -171,3 +171,20 @@ def rclone_strict() -> Iterator[Any]:
     yield from _serve(
         lambda: RcloneS3(None, "--multipart-streaming-buffer-limit", "1"), "s3fs", "boto3"
     )
+
+
+@pytest.fixture
+def inflated_pieces(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The ``limit`` of each :func:`npystore.formats.zblock.inflate_piece` call the test makes
+    (a block of a block index checked or inflated), in order; the calls still inflate."""
+    from npystore.formats import zblock
+
+    calls: list[int] = []
+    real = zblock.inflate_piece
+
+    def counted(piece: Any, limit: int, on_output: Any = None, **kw: Any) -> Any:
+        calls.append(limit)
+        return real(piece, limit, on_output, **kw)
+
+    monkeypatch.setattr(zblock, "inflate_piece", counted)
+    return calls

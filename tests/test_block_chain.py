@@ -6,7 +6,6 @@ from __future__ import annotations
 import pickle
 import zlib
 from pathlib import Path
-from typing import Any
 
 import dask
 import numpy as np
@@ -69,16 +68,9 @@ def test_output_comes_in_bounded_steps() -> None:
 
 
 def test_a_compute_on_threads_checks_each_block_and_records_the_chain(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, inflated_pieces: list[int]
 ) -> None:
-    calls: list[int] = []
-    real = zblock.inflate_piece
-
-    def counted(piece: Any, limit: int, on_output: Any = None, **kw: Any) -> zblock.Piece:
-        calls.append(limit)
-        return real(piece, limit, on_output, **kw)
-
-    monkeypatch.setattr(zblock, "inflate_piece", counted)
+    calls = inflated_pieces
     a = np.arange(1_000_000, dtype="<i8") % 9973  # 8 MB: 8 blocks
     path = tmp_path / "w.npz"
     npystore.savez_compressed(str(path), a=a)
@@ -114,20 +106,13 @@ def test_a_compute_on_threads_checks_each_block_and_records_the_chain(
 
 
 def test_a_compute_inflates_each_block_once_in_any_order(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, inflated_pieces: list[int]
 ) -> None:
     """Chunks aligned to the blocks, in the scheduler's order (dask starts in the middle
     and goes backwards): a read that checks the blocks before it keeps their output for
     the reads of those chunks (handed over as they are), so no block is inflated twice;
     nothing is kept after."""
-    calls: list[int] = []
-    real = zblock.inflate_piece
-
-    def counted(piece: Any, limit: int, on_output: Any = None, **kw: Any) -> zblock.Piece:
-        calls.append(limit)
-        return real(piece, limit, on_output, **kw)
-
-    monkeypatch.setattr(zblock, "inflate_piece", counted)
+    calls = inflated_pieces
     a = np.arange(1_200_000, dtype="<i8") % 9973
     path = tmp_path / "w.npz"
     npystore.savez_compressed(str(path), a=a)

@@ -438,7 +438,7 @@ def test_npz_files_resume_from_a_forged_entry_without_blaming_the_archive(
 
 
 def test_the_record_of_checked_blocks_is_an_entry_like_any_other(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, inflated_pieces: list[int]
 ) -> None:
     """The record of which pieces of a block-indexed member passed their check (beside its
     checkpoint index) is keyed, checksummed and bounded like an index: a later open trusts
@@ -452,14 +452,7 @@ def test_the_record_of_checked_blocks_is_an_entry_like_any_other(
     path = tmp_path / "w.npz"
     npystore.savez_compressed(str(path), a=a)
     cache_dir = tmp_path / "cache"
-    checks: list[int] = []
-    real = zblock.inflate_piece
-
-    def counted(piece: Any, limit: int, on_output: Any = None, **kw: Any) -> Any:
-        checks.append(limit)
-        return real(piece, limit, on_output, **kw)
-
-    monkeypatch.setattr(zblock, "inflate_piece", counted)
+    checks = inflated_pieces
 
     def chain_of_a_new_open() -> tuple[int, Any]:
         checks.clear()
