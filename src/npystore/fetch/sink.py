@@ -458,7 +458,8 @@ class S3Sink(Sink):
     def write(self, number: int, offset: int, data: Any) -> Receipt:
         if not 1 <= number <= self.max_parts:
             raise ValueError(f"{self.url}: part number {number} outside 1..{self.max_parts}")
-        body = bytes(data) if not isinstance(data, bytes) else data
+        # botocore takes bytes or a bytearray as a body; anything else is copied once
+        body = data if isinstance(data, (bytes, bytearray)) else bytes(data)
         answer = self._call(
             "upload_part",
             f"uploading part {number} (bytes {offset}..{offset + len(body)})",

@@ -38,6 +38,7 @@ from dask.delayed import delayed
 from npystore.fetch.sink import Receipt, Sink
 from npystore.write.source import (
     Source,
+    WriteError,
     as_source,
     block_bytes,
     compute_named,
@@ -77,12 +78,18 @@ def _write_part(
     """Gather bytes ``[start, stop)`` of the file (header bytes, then block slices) and
     write them as part ``number`` (``after``: the receipt of the part this one waits for,
     only a dependency of the graph)."""
-    buf = np.empty(stop - start, np.uint8)
-    buf[: len(head)] = np.frombuffer(head, np.uint8)
-    for (at, lo, hi, shape, where), block in zip(pieces, blocks, strict=True):
-        data = block_bytes(block, dtype, shape, where)
-        buf[at : at + hi - lo] = data[lo:hi]
-    return sink.write(number, start, buf)
+    # joined straight into the bytes the upload sends: one copy (an ndarray filled and
+    # then turned into bytes took two, 0.6 s more CPU per 512 MiB on this project's VM; a
+    # bytearray body is copied again by aiohttp when it sends it)
+    chunks: list[Any] = [head]
+    for (_at, lo, hi, shape, where), block in zip(pieces, blocks, strict=True):
+        chunks.append(block_bytes(block, dtype, shape, where)[lo:hi])
+    part = b"".join(chunks)
+    if len(part) != stop - start:
+        raise WriteError(
+            f"{sink.url}: part {number} gathered {len(part)} bytes, expected {stop - start}"
+        )
+    return sink.write(number, start, part)
 
 
 def _raw(
