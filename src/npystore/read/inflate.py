@@ -141,22 +141,30 @@ def inflate_range_array(
     reader: RangeReader, member: DeflatedMember, slot: IndexSlot, start: int, nbytes: int
 ) -> np.ndarray[Any, np.dtype[np.uint8]]:
     """Uncompressed bytes ``[start, start + nbytes)`` of a member as a new, writable array
-    (see :func:`inflate_range_into`): a chunk of a first compute comes as the buffer the
-    first pass inflated it into, without a copy."""
-    if slot.inflated() is None:
-        if member.blocks is not None:
-            keep = _compute_chunk(member, nbytes)
-            got = read_blocks_array(reader, member, slot, start, nbytes, keep=keep)
-            if got is not None:
-                return got
-        first = _first_pass(reader, member, slot, nbytes)
-        if first is not None:
-            got = first.read(start, nbytes)
-            if got is not None:
-                return got
+    (the same ways as :func:`inflate_range_into`): a range of a block-indexed member, or a
+    chunk of a first compute, comes as the buffer it was inflated into, without a copy."""
+    _check_range(member, start, start + nbytes)
     buf = np.empty(nbytes, np.uint8)  # not zero-filled: all is written
-    inflate_range_into(reader, member, slot, start, memoryview(buf.data))
+    out = memoryview(buf.data)
+    if not nbytes or slot.serve(start, out):
+        return buf
+    if member.blocks is not None:
+        keep = _compute_chunk(member, nbytes)
+        got = read_blocks_array(reader, member, slot, start, nbytes, keep=keep)
+        if got is not None:
+            return got
+    first = _first_pass(reader, member, slot, nbytes)
+    if first is not None:
+        got = first.read(start, nbytes)
+        if got is not None:
+            return got
+    _through_index(reader, member, slot, start, out)
     return buf
+
+
+def _check_range(member: DeflatedMember, start: int, stop: int) -> None:
+    if not 0 <= start <= stop <= member.uncompressed_size:
+        raise ValueError(f"range [{start}, {stop}) outside {member.uncompressed_size} bytes")
 
 
 def inflate_range_into(
@@ -185,11 +193,8 @@ def inflate_range_into(
         Corrupt deflate data, a wrong size or a checksum mismatch.
     """
     stop = start + out.nbytes
-    if not 0 <= start <= stop <= member.uncompressed_size:
-        raise ValueError(f"range [{start}, {stop}) outside {member.uncompressed_size} bytes")
-    if start == stop:
-        return
-    if slot.serve(start, out):
+    _check_range(member, start, stop)
+    if start == stop or slot.serve(start, out):
         return
     if member.blocks is not None and read_blocks(
         reader, member, slot, start, out, keep=_compute_chunk(member, out.nbytes)
@@ -201,6 +206,16 @@ def inflate_range_into(
         if got is not None:
             out[:] = got.data
             return
+    _through_index(reader, member, slot, start, out)
+
+
+def _through_index(
+    reader: RangeReader, member: DeflatedMember, slot: IndexSlot, start: int, out: memoryview
+) -> None:
+    """Output ``[start, start + len(out))`` through the member's checkpoint index (built
+    first if needed), or from the member's start (see :func:`inflate_range_into`): the way
+    left once the kept member, the block index and the first pass gave nothing."""
+    stop = start + out.nbytes
     if member.compressed_size <= SMALL_MEMBER or (
         slot.get() is None and stop <= member.uncompressed_size // HEAD_FRACTION
     ):
