@@ -173,6 +173,53 @@ def test_v5_compressed_variable_is_inflated_once(
         assert got_s[0, i]["s"] == f"y{i}"
 
 
+def test_v5_uncompressed_values_of_a_load_are_its_own(tmp_path: Path) -> None:
+    """An uncompressed container read for a ``load`` hands its values out as they were read
+    (no copy each: the load of a 5 MB file took 1.6x scipy's time): each array is writable,
+    shares memory with no other, and a later load, or a second read of the same tree,
+    returns other memory (a write to one load's values changes nothing another reads).
+    Values over EAGER_BYTES: smaller ones are read-only by design."""
+    from npystore.files.mat.tree import EAGER_BYTES, NumericLeaf, StructNode
+    from npystore.read.layout import InlineExtent
+
+    rng = np.random.default_rng(1)
+    cell = np.empty((1, 6), dtype=object)
+    for i in range(6):
+        cell[0, i] = rng.random((100, 90)) if i % 2 else rng.integers(0, 9, (150, 120), np.int32)
+    struct = {"x": rng.random((120, 100)), "z": (rng.random((150, 60)) + 1j).astype(np.complex64)}
+    assert min(v.nbytes for v in [*cell.flat, *struct.values()]) > EAGER_BYTES
+    path = tmp_path / "plain.mat"
+    sio.savemat(path, {"c": cell, "s": struct}, do_compression=False)
+    theirs = sio.loadmat(path)
+    m = npystore.open_mat(str(path))
+    first = m.load("c"), m.load("s")
+    arrays = [first[0][0, i] for i in range(6)] + [first[1]["x"], first[1]["z"]]
+    for i in range(6):
+        np.testing.assert_array_equal(arrays[i], theirs["c"][0, i])
+    np.testing.assert_array_equal(first[1]["x"], theirs["s"]["x"][0, 0])
+    np.testing.assert_array_equal(first[1]["z"], theirs["s"]["z"][0, 0])
+    assert all(a.flags.writeable for a in arrays)
+    assert not any(np.shares_memory(a, b) for i, a in enumerate(arrays) for b in arrays[i + 1 :])
+    assert sum(not a.flags.owndata for a in arrays) >= 6  # handed over, not copied
+    for a in arrays:
+        a[...] = 0
+    again = m.load("c"), m.load("s")
+    for i in range(6):
+        np.testing.assert_array_equal(again[0][0, i], theirs["c"][0, i])
+    np.testing.assert_array_equal(again[1]["x"], theirs["s"]["x"][0, 0])
+    # one tree read twice: the second read copies
+    tree = m._reader.loaded("s")
+    assert isinstance(tree, StructNode)
+    x = tree.elements[0]["x"]
+    assert isinstance(x, NumericLeaf)
+    extent = x.array.layout.storage
+    assert isinstance(extent, InlineExtent)
+    assert extent.handover is not None
+    one, two = x.array.read(), x.array.read()
+    assert not np.shares_memory(one, two)
+    np.testing.assert_array_equal(two, theirs["s"]["x"][0, 0])
+
+
 def write_v73_cell(path: Path, values: list[np.ndarray]) -> None:
     """A MATLAB v7.3 cell of references, one dataset in #refs# per element."""
     with h5py.File(path, "w", userblock_size=512, libver="earliest") as f:

@@ -298,8 +298,12 @@ def _read_inline(
 
 
 def _inline_whole(layout: ArrayLayout, storage: InlineExtent) -> np.ndarray[Any, Any]:
-    """The whole array of inline bytes: one copy (every byte of each record kept)."""
+    """The whole array of inline bytes: one copy (every byte of each record kept), or,
+    once, the bytes themselves when the extent hands them over (writable, aligned)."""
     whole = as_records(_inline_view(layout, storage))
+    handover = storage.handover
+    if handover is not None and whole.flags.writeable and whole.flags.aligned and handover.take():
+        return whole.view(layout.dtype)
     return whole.copy(order=layout.order).view(layout.dtype)
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "Filter",
     "Hyperslab",
     "IndexSlot",
+    "Handover",
     "InlineExtent",
     "Order",
     "Piece",
@@ -165,14 +166,36 @@ class DeflatedExtent:
         return ("deflated", self.member, self.data_start, self.nbytes)
 
 
+class Handover:
+    """A one-time permission to give a read the writable bytes of an
+    :class:`InlineExtent` as its result, without a copy: :meth:`take` says yes once."""
+
+    __slots__ = ("_left",)
+
+    def __init__(self) -> None:
+        self._left = [True]
+
+    def take(self) -> bool:
+        """True the first time only (``list.pop`` is atomic: two threads cannot both win)."""
+        try:
+            return self._left.pop()
+        except IndexError:
+            return False
+
+
 @dataclass(frozen=True, slots=True)
 class InlineExtent:
     """The elements' bytes are held in the layout itself (an HDF5 compact dataset, values
     that arrived with the metadata): ``data`` holds them back to back in the layout's order,
-    stored dtype. A read-only ``memoryview`` (no copy) only in a tree that is read at once
-    and never pickled (a MAT v5 ``load``)."""
+    stored dtype. A ``memoryview`` (no copy) only in a tree that is read at once and never
+    pickled (a MAT v5 ``load``).
+
+    ``handover``: ``data`` is a writable view of a buffer that this tree's reads alone
+    hold (read for one ``load``, not kept by the file): the first whole read returns an
+    array over it, later ones copy. None (the default): every read copies."""
 
     data: bytes | memoryview
+    handover: Handover | None = field(default=None, compare=False, hash=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from npystore.read.inflate import inflate_into, inflate_range
 from npystore.read.layout import (
     DeflatedExtent,
     DeflatedMember,
+    Handover,
     InlineExtent,
     RawExtent,
     Storage,
@@ -56,6 +57,9 @@ class ElementSource:
         #: an uncompressed element's bytes, when it was read whole, and its offset
         self.raw: memoryview | None = None
         self.raw_base = 0
+        #: ``raw`` writable, when it was read for this tree alone (``inline``): its values
+        #: are handed over to the load (:class:`~npystore.read.layout.Handover`)
+        self.owned: memoryview | None = None
         self.where = f"{reader.url}:{name}" if name else reader.url
         self.member: DeflatedMember | None = None
         self.slot = IndexSlot()
@@ -185,6 +189,10 @@ class ElementSource:
             raw = self._raw(ref.offset, ref.end) if self.inline else None
             if raw is None:
                 return RawExtent(ref.offset, ref.nbytes)
+            owned = self.owned
+            if owned is not None:  # the same bytes as raw, this tree's alone
+                base = self.raw_base
+                return InlineExtent(owned[ref.offset - base : ref.end - base], Handover())
             return InlineExtent(raw.toreadonly())  # a tree read at once
         if self.whole is not None and (self.inline or ref.nbytes <= EAGER_BYTES):
             held = self.whole[ref.offset : ref.end]  # a tree read at once: not pickled
