@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,9 @@ def azure_cloud(workdir: Path, files: dict[str, Path]) -> Iterator[Cloud]:
     from _proxy import shaping_proxy
     from npystore.testing.azurite import LocalAzurite
 
-    with LocalAzurite(workdir / "azurite", AZURITE) as server:
+    location = workdir / "azurite"
+    shutil.rmtree(location, ignore_errors=True)  # a fresh store: a run's container is new
+    with LocalAzurite(location, AZURITE) as server:
         endpoint = server.url.removesuffix("/" + server.ACCOUNT)
         with shaping_proxy(endpoint, DELAY, BANDWIDTH) as proxy:
             container = server.create_bucket(BUCKET)
