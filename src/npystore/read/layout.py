@@ -167,8 +167,7 @@ class DeflatedExtent:
 
 
 class Handover:
-    """A one-time permission to give a read the writable bytes of an
-    :class:`InlineExtent` as its result, without a copy: :meth:`take` says yes once."""
+    """A one-time permission to give a read an :class:`InlineExtent`'s writable bytes."""
 
     __slots__ = ("_left",)
 
@@ -188,11 +187,8 @@ class InlineExtent:
     """The elements' bytes are held in the layout itself (an HDF5 compact dataset, values
     that arrived with the metadata): ``data`` holds them back to back in the layout's order,
     stored dtype. A ``memoryview`` (no copy) only in a tree that is read at once and never
-    pickled (a MAT v5 ``load``).
-
-    ``handover``: ``data`` is a writable view of a buffer that this tree's reads alone
-    hold (read for one ``load``, not kept by the file): the first whole read returns an
-    array over it, later ones copy. None (the default): every read copies."""
+    pickled (a MAT v5 ``load``). With a ``handover``, ``data`` is a writable view of a buffer
+    only this tree holds: the first whole read returns an array over it, later ones copy."""
 
     data: bytes | memoryview
     handover: Handover | None = field(default=None, compare=False, hash=False)
