@@ -70,7 +70,7 @@ def _write_part(
     start: int,
     stop: int,
     head: bytes,
-    pieces: list[tuple[int, int, int, Any, Any]],
+    pieces: list[tuple[int, int, Any, Any]],
     blocks: list[Any],
     dtype: Any,
     after: Receipt | None = None,
@@ -82,7 +82,7 @@ def _write_part(
     # then turned into bytes took two: 0.7 s of CPU against 0.1 s per 512 MiB, measured
     # alone on this project's VM; a bytearray body is copied again by aiohttp)
     chunks: list[Any] = [head]
-    for (_at, lo, hi, shape, where), block in zip(pieces, blocks, strict=True):
+    for (lo, hi, shape, where), block in zip(pieces, blocks, strict=True):
         chunks.append(block_bytes(block, dtype, shape, where)[lo:hi])
     part = b"".join(chunks)
     if len(part) != stop - start:
@@ -154,9 +154,7 @@ def write_npy(sink: Sink, src: Source) -> list[Receipt]:
                 if offsets[k] >= stop:
                     break
                 if hi > lo:
-                    pieces.append(
-                        (lo - start, lo - offsets[k], hi - offsets[k], shapes[k], where[k])
-                    )
+                    pieces.append((lo - offsets[k], hi - offsets[k], shapes[k], where[k]))
                     blocks.append(keys[k])
             piece_head = head[start:stop] if start < len(head) else b""
             window = max(1, sink.concurrency)
