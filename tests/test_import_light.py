@@ -130,3 +130,34 @@ def test_open_and_load_are_typed() -> None:
     assert inspect.signature(pickles).return_annotation == "Any"
     opened = inspect.signature(npystore.open).return_annotation
     assert opened == "da.Array | NpzFile | MatFile"
+
+
+def test_first_open_mat_loads_only_what_the_file_needs(tmp_path: Path) -> None:
+    """issue 26 item 2: the first ``open_mat`` + ``load`` of a small local file imports
+    neither dask (with xarray, pandas ...) nor zarr, fsspec or asyncio; a v7.3 file loads none
+    of the ``.npy``/``.npz`` modules either (the ``.npy`` parser, CRC ledgers, ISA-L): each
+    costs the first call its import time and nothing else."""
+    import h5py
+    import scipy.io
+
+    v5 = tmp_path / "a.mat"
+    scipy.io.savemat(v5, {"x": np.arange(6.0).reshape(2, 3), "c": np.array([[1, "ab"]], object)},
+                     do_compression=True)  # fmt: skip
+    v73 = tmp_path / "b.mat"
+    with h5py.File(v73, "w", userblock_size=512) as f:
+        d = f.create_dataset("x", data=np.arange(6.0).reshape(3, 2))
+        d.attrs["MATLAB_class"] = np.bytes_("double")
+    from npystore.formats.mat5 import v73_header
+
+    with open(v73, "r+b") as out:
+        out.write(v73_header())
+    npz_only = ("npystore.formats.npy", "npystore.read.crccheck", "isal", "npystore.files.npy")
+    for path, extra in ((v5, ()), (v73, npz_only)):
+        code = (
+            "import npystore\n"
+            f"with npystore.open_mat({str(path)!r}) as m:\n"
+            "    values = {k: m.load(k) for k in m}\n"
+            "assert values['x'].shape == (2, 3), values\n"
+        )
+        wanted_absent = ("dask", "zarr", "xarray", "pandas", *REMOTE, *extra)
+        assert _loaded_after(code, wanted_absent) == [], path.name

@@ -17,7 +17,8 @@ from npystore.errors import UnsupportedError
 from npystore.faces.dask import DEFAULT_MAX_CHUNKS, to_dask
 from npystore.fetch import RangeReader, open_reader
 from npystore.fetch.fileobj import BinaryFile
-from npystore.files.npy import header_from_prefix, open_layout_array, read_prefix
+from npystore.files import read_prefix
+from npystore.files.npy import header_from_prefix, open_layout_array
 from npystore.files.open import sniff, sniff_source
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE, NpyHeader
 from npystore.read.layout import ArrayLayout, RawExtent, Unpickle

@@ -32,6 +32,7 @@ from npystore.errors import UnsupportedError
 from npystore.faces.dask import DEFAULT_MAX_CHUNKS, ChunksSpec
 from npystore.fetch import RangeReader
 from npystore.fetch.many import expand, open_all
+from npystore.files import read_prefix
 from npystore.files.many import (
     is_manifest_url,
     join_shards,
@@ -41,7 +42,6 @@ from npystore.files.many import (
     raw_extents,
     sharded_npy,
 )
-from npystore.files.npy import read_prefix
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
 from npystore.read.access import LayoutArray
 from npystore.read.layout import ArrayLayout, contiguous_chunks

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, Final
 from npystore.errors import UnsupportedError
 from npystore.faces.dask import DEFAULT_MAX_CHUNKS, ChunksSpec, to_dask
 from npystore.fetch import RangeReader, open_reader
+from npystore.files import read_prefix
 from npystore.files.mat import MatReader, open_mat_reader
 from npystore.files.mat.tree import MatInfo, MatNode, NumericLeaf, ValueLeaf, to_value
-from npystore.files.npy import read_prefix
 from npystore.formats.mat5 import CharErrors
 
 if TYPE_CHECKING:

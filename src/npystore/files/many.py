@@ -32,7 +32,8 @@ from npystore.fetch.many import OnOpen, expand, open_all
 from npystore.fetch.naming import is_manifest_url
 from npystore.fetch.opening import filesystem
 from npystore.fetch.remote import BUDGET_OPTION, budget_from
-from npystore.files.npy import open_layout_array, read_prefix
+from npystore.files import read_prefix
+from npystore.files.npy import open_layout_array
 from npystore.formats.npy import DEFAULT_MAX_HEADER_SIZE
 from npystore.formats.stackinfo import parse_stack_info
 from npystore.read.access import LayoutArray

@@ -11,26 +11,16 @@ from npystore.errors import FormatError
 from npystore.fetch import RangeReader
 from npystore.formats import npy
 from npystore.formats.shapes import check_shape
-from npystore.formats.sniff import PREFIX_SIZE
 from npystore.read.access import LayoutArray
 from npystore.read.layout import ArrayLayout, Order, PickledExtent, RawExtent, Unpickle
 
-__all__ = ["PREFIX_SIZE", "header_from_prefix", "npy_layout", "open_layout_array", "read_prefix"]
-
-
-def read_prefix(reader: RangeReader) -> bytes:
-    """The object's first :data:`~npystore.formats.sniff.PREFIX_SIZE` (128) bytes, fewer for
-    a smaller object: every magic :func:`~npystore.formats.sniff.sniff` looks for, and the
-    whole header of most ``.npy`` files (numpy pads headers so that the data starts at a
-    multiple of 64 bytes; for every non-structured dtype the header ends at byte 128, so this
-    read holds exactly the header and no data; longer headers, structured dtypes, take one
-    more read of exactly the rest)."""
-    return reader.read(0, min(reader.size, PREFIX_SIZE))
+__all__ = ["header_from_prefix", "npy_layout", "open_layout_array"]
 
 
 def header_from_prefix(reader: RangeReader, prefix: bytes, max_header_size: int) -> npy.NpyHeader:
     """The ``.npy`` header behind ``reader``, parsed from ``prefix`` (its first bytes, e.g.
-    :func:`read_prefix`); exactly the rest of it is read if the prefix was too short."""
+    :func:`npystore.files.read_prefix`); exactly the rest of it is read if the prefix was
+    too short."""
     url = reader.url
     if len(prefix) < npy.PREAMBLE_MAX_LEN and len(prefix) == reader.size and npy.is_npy(prefix):
         raise FormatError(f"{url}: truncated .npy file: {reader.size} bytes, no complete header")

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from npystore.errors import UnsupportedError
 from npystore.fetch import RangeReader, open_reader
 from npystore.fetch.fileobj import BinaryFile
-from npystore.files.npy import read_prefix
+from npystore.files import read_prefix
 from npystore.formats.sniff import PREFIX_SIZE, is_matlab_text, sniff, unknown_format
 
 __all__ = ["Sniffed", "is_npy_or_matlab", "sniff", "sniff_reader", "sniff_source"]

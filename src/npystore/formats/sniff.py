@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Final, Literal
 
 from npystore.errors import FormatError, UnsupportedError
-from npystore.formats import npy
 
 __all__ = [
     "HDF5_SIGNATURE",
@@ -59,6 +58,8 @@ def sniff(prefix: bytes) -> Kind:
     str
         The format name, or ``"unknown"``.
     """
+    from npystore.formats import npy  # noqa: PLC0415 - not for open_mat (PREFIX_SIZE only)
+
     if npy.is_npy(prefix):
         return "npy"
     if prefix[:4] in ZIP_MAGICS:
@@ -90,6 +91,8 @@ def is_matlab_text(prefix: bytes) -> bool:
 
 def unknown_format(url: str, prefix: bytes) -> FormatError:
     """The error for a file that is none of the formats npystore reads."""
+    from npystore.formats import npy  # noqa: PLC0415 - as in sniff
+
     return FormatError(
         f"{url}: not a .npy, .npz or MAT-file (unknown format): the first bytes are "
         f"{bytes(prefix[:8])!r}, "

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from npystore.read.crccheck import CrcLedger
 from npystore.read.slot import IndexSlot
 
-if TYPE_CHECKING:
-    from npystore.formats.zipdir import BlockIndex  # zipdir loads only for archives
+if TYPE_CHECKING:  # both load only for archives
+    from npystore.formats.zipdir import BlockIndex
+    from npystore.read.crccheck import CrcLedger
 
 __all__ = [
     "ArrayLayout",

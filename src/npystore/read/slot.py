@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from npystore.formats.deflate import DeflateIndex
-from npystore.read.crccheck import CrcLedger
+if TYPE_CHECKING:  # both load only for deflated data
+    from npystore.formats.deflate import DeflateIndex
+    from npystore.read.crccheck import CrcLedger
 
 __all__ = ["IndexSlot"]
 
