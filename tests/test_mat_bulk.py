@@ -256,6 +256,68 @@ def test_depth_limit_holds_for_fast_leaves() -> None:
     assert parse_variable(nested, 0, "<", source=SRC, max_depth=2, decode_below=LIMIT)
 
 
+@pytest.mark.parametrize("order", ["<", ">"])
+def test_leaves_over_the_limit_are_the_generic_parsers_nodes(
+    monkeypatch: pytest.MonkeyPatch, order: str
+) -> None:
+    """A cell's leaves too large to decode with it (a cell of trials: 20 80-KB matrices)
+    become their nodes without the generic parser (``quick_ref``): equal to its nodes,
+    offsets and stored types included; anything else still goes to it."""
+    from npystore.formats.mat5 import _parse
+
+    rng = np.random.default_rng(5)
+    elements = [
+        numeric(rng, order, (4, 5), 6, 9),  # double
+        numeric(rng, order, (1, 30), 6, 2),  # double stored as uint8
+        numeric(rng, order, (3, 3), 7, 7),  # single
+        numeric(rng, order, (2, 9), 12, 12),  # int32 stored as int64
+        numeric(rng, order, (5, 4), 9, 2, flags=2),  # logical
+        numeric(rng, order, (2, 8), 10, 3, flags=4),  # global int16
+        numeric(rng, order, (2, 2), 6, 9, flags=8),  # complex: the generic parser's
+        numeric(rng, order, (1, 40), 6, 9, name=b"nm"),  # a name: the generic parser's
+        numeric(rng, order, (2, 3, 4), 6, 9),  # 3-d: the generic parser's
+        chars(order, (1, 12), 16, "twelve chars"),
+    ] * 2
+    element = cell_of(elements, order)
+    generic = parse_variable(element, 0, order, source=SRC).value.cells
+    calls: list[int] = []
+    child = _parse._parse_child
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return child(*args)
+
+    monkeypatch.setattr(_parse, "_parse_child", counted)
+    fast = parse_variable(element, 0, order, source=SRC, decode_below=8).value.cells
+    assert len(calls) == 6  # complex, named and 3-d, twice (chars: quick_chars); the rest quick
+    for g, f in zip(generic, fast, strict=True):
+        if type(g).__name__ == "NumericArray":
+            assert f == g
+    ORDER[0] = order
+    assert outcome(element, decode_below=8) == outcome(element, decode_below=0)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_mutated_cells_of_large_leaves_decode_alike(data: st.DataObject) -> None:
+    """As above, on mutated bytes: the quick node or the generic parser's outcome."""
+    order = data.draw(st.sampled_from("<>"))
+    rng = np.random.default_rng(11)
+    cells = [numeric(rng, order, (3, 4), int(c), int(m)) for c, m in ((6, 9), (7, 7), (6, 2))]
+    buf = bytearray(cell_of(cells * 3, order))
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(8, len(buf) - 4))
+        if data.draw(st.booleans()):
+            buf[at] = data.draw(st.integers(0, 255))
+        else:
+            at -= at % 4
+            word = data.draw(st.sampled_from(INTERESTING) | st.integers(0, 2**32 - 1))
+            buf[at : at + 4] = struct.pack(f"{order}I", word)
+    ORDER[0] = order
+    element = bytes(buf)
+    assert outcome(element, decode_below=8) == outcome(element, decode_below=0)
+
+
 def _mutation_target(order: str) -> bytes:
     """A cell whose elements form groups for the vectorised path, and some others."""
     rng = np.random.default_rng(7)

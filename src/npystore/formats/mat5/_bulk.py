@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from npystore.formats.mat5._char import chars_from_units
+from npystore.formats.mat5._numeric import NumericArray
 from npystore.formats.mat5._tags import (
     _CHAR_ENCODINGS,
     _CLASS_DTYPES,
@@ -43,6 +44,7 @@ from npystore.formats.mat5._tags import (
     OBJECT,
     OPAQUE,
     SPARSE,
+    DataRef,
     _Bytes,
     _dt,
 )
@@ -55,6 +57,7 @@ __all__ = [
     "quick_header",
     "quick_leaf",
     "quick_numeric",
+    "quick_ref",
 ]
 
 #: Bytes of the shortest regular miMATRIX: tag, array flags (16), 2-d dims (16), name tag.
@@ -427,3 +430,38 @@ def quick_leaf(
     if h.flags & 0xFF == CHAR:
         return quick_chars(buf, q, end, order, h)
     return quick_numeric(buf, q, end, order, limit, h)
+
+
+def quick_ref(
+    buf: _Bytes, q: int, end: int, order: str, limit: int, base: int
+) -> NumericArray | None:
+    """The node of a real 2-d numeric or logical miMATRIX without a name at ``buf[q:end]``
+    whose values take more than ``limit`` bytes (a leaf :func:`quick_leaf` does not decode):
+    what the generic parser gives for it below the top level, its offsets ``base`` + those
+    in ``buf``; None for any other layout."""
+    if end - q < _MIN_SIZE + 8 or end > len(buf):
+        return None
+    ft, fn, word, _, dt, dn, d0, d1, nt, nn, vt, vn = _TWELVE[order].unpack_from(buf, q + 8)
+    out = _VALUE_DTYPES.get(word & _KIND_FLAGS)
+    if (
+        out is None
+        or word & _F_COMPLEX
+        or not (fn == dn == 8 and nn == 0 and ft in (5, 6) and dt in (5, 6))
+        or nt not in (1, 2, MI_UTF8)
+        or vt >> 16  # a small data element: at most 4 bytes, never over the limit
+        or d0 >= 2**31
+        or d1 >= 2**31
+    ):
+        return None
+    numel = d0 * d1
+    code = _MI_DTYPES.get(vt)
+    if code is None or numel > MAX_NUMEL or numel * out.itemsize <= limit:
+        return None
+    stored = _dt(order, code)
+    if vn != numel * stored.itemsize or q + 56 + vn > end:
+        return None  # (values in the buffer: numpy can hold them, as the shape check asks)
+    cls = "logical" if word & _F_LOGICAL else CLASS_NAMES.get(word & 0xFF, "double")
+    real = DataRef(base + q + 56, vn, stored, vt)
+    return NumericArray(
+        "", (d0, d1), cls, False, real, None, base + q, end - q, bool(word & _F_GLOBAL)
+    )
