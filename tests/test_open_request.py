@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +167,44 @@ def test_a_refused_suffix_range_is_asked_again_as_a_prefix(
     assert reader.size == size
     assert reader.tail == (data if size <= 262_144 else b"")
     assert reader.read_many([(size - 100, size)]) == [data[-100:]]
+
+
+def test_a_local_open_reads_its_first_bytes_with_its_identity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local file opens as an S3 object does: its identity (``fstat``) and its first bytes
+    from one descriptor. A small MAT-file is then opened and loaded with that one ``open``
+    (before: a ``stat``, then one open for the prefix and one for the tags)."""
+    import os
+
+    import scipy.io
+
+    path = tmp_path / "a.mat"
+    scipy.io.savemat(path, {"x": np.arange(6.0), "c": np.array([[1, "ab"]], object)},
+                     do_compression=True)  # fmt: skip
+    reader = open_reader(str(path), head=64)
+    assert reader.head == path.read_bytes()[:64]
+    assert reader.size == path.stat().st_size
+    opens: list[str] = []
+    real_open = os.open
+
+    def counted(file: Any, *args: Any, **kwargs: Any) -> int:
+        opens.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counted)
+    with npystore.open_mat(str(path)) as m:
+        values = {k: m.load(k) for k in m}
+    assert opens == [str(path)]
+    assert values["x"].tolist() == [list(np.arange(6.0))]
+    with pytest.raises(IsADirectoryError, match=re.escape(str(tmp_path))):
+        open_reader(str(tmp_path), head=64)
+    with pytest.raises(FileNotFoundError, match=r"nothing\.npy"):
+        open_reader(str(tmp_path / "nothing.npy"), head=64)
+    # as on S3: the opening bytes are a snapshot, data is read from the pinned file
+    np.save(tmp_path / "b.npy", np.arange(4))
+    small = open_reader(str(tmp_path / "b.npy"))
+    np.save(tmp_path / "b.npy", np.arange(4)[::-1].copy())  # the same size, a new version
+    assert small.read(0, 6) == b"\x93NUMPY"
+    with pytest.raises(ConsistencyError, match=r"b\.npy"):
+        small.readinto_many([(128, memoryview(bytearray(32)))])

@@ -18,7 +18,9 @@ calls per batch, none per range.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,7 +31,7 @@ from npystore.fetch.fileobj import FileSource
 from npystore.fetch.identity import ObjectIdentity, StatPin
 from npystore.fetch.transport import Transport, split_requests
 
-__all__ = ["LOCAL_PART_SIZE", "FileRanges", "LocalRanges"]
+__all__ = ["LOCAL_PART_SIZE", "FileRanges", "LocalRanges", "read_head"]
 
 #: Local ranges larger than this are split across the thread pool (when asked to).
 LOCAL_PART_SIZE: Final = 16 * 2**20
@@ -49,6 +51,42 @@ def _thread_pool() -> ThreadPoolExecutor:
             _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="npystore-read")
             _pool_pid = os.getpid()
         return _pool
+
+
+def read_head(path: str, name: str, head: int) -> tuple[os.stat_result, bytes]:
+    """A local file's ``fstat`` and its first ``head`` bytes (fewer for a smaller file),
+    read from one descriptor: the stat is the identity a reader is pinned to, and the
+    bytes are what it holds at that identity (``fstat`` again after the read).
+
+    Raises
+    ------
+    FileNotFoundError, PermissionError
+        As ``os.open`` raises them (naming the path).
+    IsADirectoryError
+        ``path`` is a directory.
+    ConsistencyError
+        The file changed while its first bytes were read.
+    """
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory, expected a file", name)
+        want = min(head, st.st_size)
+        first = os.pread(fd, want, 0) if want else b""
+        after = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if len(first) != want or _stat_key(after) != _stat_key(st):
+        raise ConsistencyError(
+            f"{name}: the file changed while it was being opened ({len(first)} of its first "
+            f"{want} bytes read); open it again"
+        )
+    return st, first
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns
 
 
 class LocalRanges(Transport):

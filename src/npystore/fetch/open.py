@@ -19,6 +19,7 @@ from typing import Any, Final
 from npystore.fetch.budget import BUDGET_OPTION, budget_from
 from npystore.fetch.fileobj import BinaryFile, FileSource, is_file_object
 from npystore.fetch.identity import ObjectIdentity
+from npystore.fetch.local import read_head
 from npystore.fetch.reader import RangeReader, is_local
 
 __all__ = ["OPEN_HEAD", "open_reader", "write_object"]
@@ -52,8 +53,10 @@ def open_reader(
     One request captures the object's size and identity. On S3, GCS and Azure that request
     is a ranged GET of the first ``head`` bytes (the magic bytes every format starts with; a
     format whose metadata sits at the start, like HDF5, asks for more, since a round trip
-    costs about the same for 128 bytes or 64 KiB); elsewhere it is ``info`` and no data is
-    read.
+    costs about the same for 128 bytes or 64 KiB); a local file's first ``head`` bytes are
+    read from the descriptor its identity (``fstat``) comes from; elsewhere it is ``info``
+    and no data is read. Reads inside those bytes are served from them (the snapshot taken
+    at open); data reads go to the object, pinned to its identity.
 
     Parameters
     ----------
@@ -68,7 +71,8 @@ def open_reader(
         ``NPYSTORE_READ_BUDGET``, else :data:`~npystore.fetch.remote.READ_BUDGET`, 300 s;
         ``inf`` for none). It is removed before the filesystem is made.
     head : int
-        Bytes to read with the identity on S3, GCS and Azure (0: ``info`` only).
+        Bytes to read with the identity on S3, GCS, Azure and local files (0: ``info``, or
+        ``os.stat``, only).
     tail : int
         If positive, read the object's last ``tail`` bytes with the identity instead (one
         suffix-range GET on S3 and GCS; Azure has no suffix ranges: its opening GET of the
@@ -107,7 +111,7 @@ def open_reader(
     budget = budget_from(options.pop(BUDGET_OPTION, None))
     plain = None if options else local_path(os.fspath(url))
     if plain is not None:  # no fsspec: it costs more to import than a small file to read
-        return _local_reader(None, plain, plain, budget)
+        return _local_reader(None, plain, plain, budget, head)
     # a remote object (or options for fsspec): the opening machinery and the backends
     from npystore.fetch import opening  # noqa: PLC0415
     from npystore.fetch.azure import azure_open  # noqa: PLC0415
@@ -129,7 +133,7 @@ def open_reader(
             fs, path, ObjectIdentity.from_info(name, opened), head=first, budget=budget
         )
     if local:
-        return _local_reader(fs, path, name, budget)
+        return _local_reader(fs, path, name, budget, head)
     info = opening.info_within(fs, path, name, budget)
     return RangeReader(fs, path, ObjectIdentity.from_info(name, info), budget=budget)
 
@@ -169,10 +173,15 @@ def local_path(url: str | bytes) -> str | None:
     return path.rstrip("/") or "/"
 
 
-def _local_reader(fs: Any, path: str, name: str, budget: float) -> RangeReader:
-    """A reader of a local file, its identity from ``os.stat`` (``fs`` None: no fsspec); a
-    missing or forbidden file raises ``FileNotFoundError``/``PermissionError`` naming it, a
-    directory ``IsADirectoryError``."""
+def _local_reader(fs: Any, path: str, name: str, budget: float, head: int = 0) -> RangeReader:
+    """A reader of a local file (``fs`` None: no fsspec), its identity from ``os.stat``, or
+    with ``head``, from the ``fstat`` of the descriptor its first ``head`` bytes are read
+    from (:func:`~npystore.fetch.local.read_head`: the prefix every open reads, and a small
+    MAT-file's tags, without another open); a missing or forbidden file raises
+    ``FileNotFoundError``/``PermissionError`` naming it, a directory ``IsADirectoryError``."""
+    if head > 0:
+        st, first = read_head(path, name, head)
+        return RangeReader(fs, path, ObjectIdentity.from_stat(name, st), head=first, budget=budget)
     st = os.stat(path)
     if stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(errno.EISDIR, "Is a directory, expected a file", name)
