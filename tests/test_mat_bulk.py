@@ -395,6 +395,56 @@ def test_quick_header_agrees_with_the_listing(seed: int, order: str) -> None:
         assert quick_header(element[:64], 0, len(element), order) in (None, got)
 
 
+def _headers_alike(element: bytes, order: str) -> None:
+    """``_read_header`` (the quick way when the layout is common) and the generic reading
+    give the same header and next offset, or the same error type; the same on a prefix."""
+    from npystore.formats.mat5 import _meta, _tags
+
+    def read(fn: Any, data: bytes) -> Any:
+        try:
+            r = _tags._Reader(data, 0, None, order, SRC, False)
+            pos, end = r.root()
+            return fn(r, pos, end, SRC)
+        except HOSTILE as exc:
+            return ("error", type(exc).__name__)
+
+    for data in (element, element[:64]):
+        assert read(_meta._read_header, data) == read(_meta._read_header_generic, data)
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+@pytest.mark.parametrize("seed", range(8))
+def test_headers_read_the_quick_way_are_the_generic_ones(seed: int, order: str) -> None:
+    rng = np.random.default_rng(300 + seed)
+    for _ in range(60):
+        leaf = random_leaf(rng, order, int(rng.integers(0, 12)))
+        _headers_alike(leaf, order)
+        _headers_alike(cell_of([leaf] * 3, order), order)
+    for flags in (16, 16 | 2, 16 | 8, 4):  # sparse (MATLAB's bit 12), logical, complex; global
+        sparse = matrix(5, (3, 4), b"", order)
+        word = struct.pack(f"{order}II", 5 | flags << 8, 7)  # nzmax 7
+        _headers_alike(sparse[:16] + word + sparse[24:], order)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_mutated_headers_read_alike(data: st.DataObject) -> None:
+    order = data.draw(st.sampled_from("<>"))
+    rng = np.random.default_rng(data.draw(st.integers(0, 50)))
+    buf = bytearray(random_leaf(rng, order, int(rng.integers(0, 12))))
+    if len(buf) < 16:
+        return
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(4, len(buf) - 1))
+        if data.draw(st.booleans()) or at + 4 > len(buf):
+            buf[at] = data.draw(st.integers(0, 255))
+        else:
+            at -= at % 4
+            word = data.draw(st.sampled_from(INTERESTING) | st.integers(0, 2**32 - 1))
+            buf[at : at + 4] = struct.pack(f"{order}I", word)
+    _headers_alike(bytes(buf), order)
+
+
 # ---------------------------------------------------------------- v7.3: small values with the cell
 
 

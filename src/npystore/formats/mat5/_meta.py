@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from npystore.errors import FormatError, UnsupportedError
+from npystore.formats.mat5._bulk import _MIN_SIZE, quick_header
 from npystore.formats.mat5._tags import (
     _CLASS_DTYPES,
     _F_COMPLEX,
@@ -153,7 +154,38 @@ def _read_dims(r: _Reader, e: _Elem, where: str) -> tuple[int, ...]:
 
 def _read_header(r: _Reader, pos: int, end: int, where: str) -> tuple[MatrixHeader, int]:
     """Parse the header of the miMATRIX at ``pos`` (ending at ``end``); return it and the
-    offset of the next subelement."""
+    offset of the next subelement. The common layout is read by
+    :func:`~npystore.formats.mat5._bulk.quick_header` (one unpack, the same result);
+    anything else by :func:`_read_header_generic`."""
+    size = end - pos
+    if size > TAG_SIZE:
+        seg = r.segment(pos, min(end, pos + _MIN_SIZE))
+        if seg is not None:
+            buf, base = seg
+            q = pos - base
+            quick = quick_header(buf, q, end - base, r.order)
+            if quick is not None:
+                word = quick.flags
+                code = word & 0xFF  # never an object or opaque: quick_header's
+                if word & _F_LOGICAL and (code in _CLASS_DTYPES or code == SPARSE):
+                    cls = "logical"
+                elif code in _CLASS_DTYPES:
+                    cls = CLASS_NAMES.get(code, "double")
+                elif code == SPARSE:
+                    cls = "double"
+                else:
+                    cls = CLASS_NAMES.get(code, f"<class {code}>")
+                _, nzmax = r.pair.unpack_from(buf, q + 16)
+                header = MatrixHeader(
+                    quick.name, code, cls, quick.dims, bool(word & _F_COMPLEX),
+                    bool(word & _F_LOGICAL), bool(word & _F_GLOBAL), nzmax, pos, size,
+                )  # fmt: skip
+                return header, base + quick.next
+    return _read_header_generic(r, pos, end, where)
+
+
+def _read_header_generic(r: _Reader, pos: int, end: int, where: str) -> tuple[MatrixHeader, int]:
+    """:func:`_read_header` subelement by subelement, each checked (and any problem named)."""
     size = end - pos
     if size == TAG_SIZE:  # MATLAB's [] in a cell: a miMATRIX without subelements
         return MatrixHeader("", 0, "double", (0, 0), False, False, False, 0, pos, size), end
