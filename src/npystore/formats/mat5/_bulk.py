@@ -46,6 +46,7 @@ from npystore.formats.mat5._tags import (
     SPARSE,
     DataRef,
     _Bytes,
+    _class_name,
     _dt,
 )
 
@@ -152,12 +153,7 @@ class QuickHeader(NamedTuple):
     @property
     def matlab_class(self) -> str:
         """As :attr:`MatrixHeader.matlab_class` (quick headers are never objects)."""
-        code = self.class_code
-        if code in _CLASS_DTYPES or code == SPARSE:
-            if self.is_logical:
-                return "logical"
-            return "double" if code == SPARSE else CLASS_NAMES[code]
-        return CLASS_NAMES.get(code, f"<class {code}>")
+        return _class_name(self.class_code, self.is_logical)
 
 
 #: The class of each decoded dtype (complex: double and single only).
@@ -460,7 +456,7 @@ def quick_ref(
     stored = _dt(order, code)
     if vn != numel * stored.itemsize or q + 56 + vn > end:
         return None  # (values in the buffer: numpy can hold them, as the shape check asks)
-    cls = "logical" if word & _F_LOGICAL else CLASS_NAMES.get(word & 0xFF, "double")
+    cls = _class_name(word & 0xFF, bool(word & _F_LOGICAL))
     real = DataRef(base + q + 56, vn, stored, vt)
     return NumericArray(
         "", (d0, d1), cls, False, real, None, base + q, end - q, bool(word & _F_GLOBAL)

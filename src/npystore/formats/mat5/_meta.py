@@ -15,12 +15,10 @@ import numpy as np
 from npystore.errors import FormatError, UnsupportedError
 from npystore.formats.mat5._bulk import _MIN_SIZE, quick_header
 from npystore.formats.mat5._tags import (
-    _CLASS_DTYPES,
     _F_COMPLEX,
     _F_GLOBAL,
     _F_LOGICAL,
     _NAME_TYPES,
-    CLASS_NAMES,
     MAX_FIELDS,
     MAX_NDIM,
     MAX_NUMEL,
@@ -32,6 +30,7 @@ from npystore.formats.mat5._tags import (
     SPARSE,
     TAG_SIZE,
     _Bytes,
+    _class_name,
     _Elem,
     _element,
     _mi,
@@ -166,18 +165,10 @@ def _read_header(r: _Reader, pos: int, end: int, where: str) -> tuple[MatrixHead
             quick = quick_header(buf, q, end - base, r.order)
             if quick is not None:
                 word = quick.flags
-                code = word & 0xFF  # never an object or opaque: quick_header's
-                if word & _F_LOGICAL and (code in _CLASS_DTYPES or code == SPARSE):
-                    cls = "logical"
-                elif code in _CLASS_DTYPES:
-                    cls = CLASS_NAMES.get(code, "double")
-                elif code == SPARSE:
-                    cls = "double"
-                else:
-                    cls = CLASS_NAMES.get(code, f"<class {code}>")
                 _, nzmax = r.pair.unpack_from(buf, q + 16)
                 header = MatrixHeader(
-                    quick.name, code, cls, quick.dims, bool(word & _F_COMPLEX),
+                    quick.name, word & 0xFF, quick.matlab_class, quick.dims,
+                    bool(word & _F_COMPLEX),
                     bool(word & _F_LOGICAL), bool(word & _F_GLOBAL), nzmax, pos, size,
                 )  # fmt: skip
                 return header, base + quick.next
@@ -216,11 +207,8 @@ def _read_header_generic(r: _Reader, pos: int, end: int, where: str) -> tuple[Ma
     name, cur = _read_string(r, e.next, end, where, "array name")
     if code == OBJECT:
         matlab_class, cur = _read_string(r, cur, end, where, "class name")
-    elif code in _CLASS_DTYPES or code == SPARSE:
-        matlab_class = "logical" if is_logical else CLASS_NAMES.get(code, "double")
-        matlab_class = "double" if code == SPARSE and not is_logical else matlab_class
     else:
-        matlab_class = CLASS_NAMES.get(code, f"<class {code}>")
+        matlab_class = _class_name(code, is_logical)
     header = MatrixHeader(
         name, code, matlab_class, dims, is_complex, is_logical, is_global, nzmax, pos, size
     )

@@ -88,6 +88,17 @@ def _dt(order: str, code: str) -> np.dtype[Any]:
     return np.dtype(order + code)
 
 
+def _class_name(code: int, is_logical: bool) -> str:
+    """MATLAB's ``class()`` of a matrix that is not an object (an object's class is named in
+    the file): numeric and sparse arrays are ``"logical"`` with the logical flag, sparse ones
+    ``"double"`` without it."""
+    if code in _CLASS_DTYPES or code == SPARSE:
+        if is_logical:
+            return "logical"
+        return "double" if code == SPARSE else CLASS_NAMES[code]
+    return CLASS_NAMES.get(code, f"<class {code}>")
+
+
 def _mi(code: int) -> str:
     return f"{_MI_NAMES.get(code, 'an unknown type')} ({code})"
 
