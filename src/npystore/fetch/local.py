@@ -28,10 +28,10 @@ from typing import Final
 
 from npystore.errors import ConsistencyError
 from npystore.fetch.fileobj import FileSource
-from npystore.fetch.identity import ObjectIdentity, StatPin
+from npystore.fetch.identity import ObjectIdentity, StatPin, stat_changes
 from npystore.fetch.transport import Transport, split_requests
 
-__all__ = ["LOCAL_PART_SIZE", "FileRanges", "LocalRanges", "read_head"]
+__all__ = ["LOCAL_PART_SIZE", "FileRanges", "LocalRanges", "open_local"]
 
 #: Local ranges larger than this are split across the thread pool (when asked to).
 LOCAL_PART_SIZE: Final = 16 * 2**20
@@ -53,40 +53,47 @@ def _thread_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def read_head(path: str, name: str, head: int) -> tuple[os.stat_result, bytes]:
-    """A local file's ``fstat`` and its first ``head`` bytes (fewer for a smaller file),
-    read from one descriptor: the stat is the identity a reader is pinned to, and the
-    bytes are what it holds at that identity (``fstat`` again after the read).
+def open_local(path: str, name: str, head: int) -> tuple[ObjectIdentity, bytes]:
+    """A local file's identity and, with ``head``, its first ``head`` bytes (fewer for a
+    smaller file), read from the descriptor the identity is taken from (``fstat`` again
+    after the read: the bytes are what the file holds at that identity); without, the
+    identity from ``os.stat`` and no bytes.
 
     Raises
     ------
     FileNotFoundError, PermissionError
-        As ``os.open`` raises them (naming the path).
+        As ``os.open`` or ``os.stat`` raise them (naming the path).
     IsADirectoryError
         ``path`` is a directory.
     ConsistencyError
         The file changed while its first bytes were read.
     """
+    if head <= 0:
+        st = os.stat(path)
+        _refuse_folder(st, name)
+        return ObjectIdentity.from_stat(name, st), b""
     fd = os.open(path, _OPEN_FLAGS)
     try:
         st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "Is a directory, expected a file", name)
+        _refuse_folder(st, name)
         want = min(head, st.st_size)
         first = os.pread(fd, want, 0) if want else b""
         after = os.fstat(fd)
     finally:
         os.close(fd)
-    if len(first) != want or _stat_key(after) != _stat_key(st):
+    identity = ObjectIdentity.from_stat(name, st)
+    changed = stat_changes(identity.fields, identity.size, after)
+    if changed is not None or len(first) != want:
         raise ConsistencyError(
-            f"{name}: the file changed while it was being opened ({len(first)} of its first "
-            f"{want} bytes read); open it again"
+            f"{name}: the file changed while it was being opened "
+            f"({changed or f'{len(first)} of its first {want} bytes read'}); open it again"
         )
-    return st, first
+    return identity, first
 
 
-def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
-    return st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns
+def _refuse_folder(st: os.stat_result, name: str) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory, expected a file", name)
 
 
 class LocalRanges(Transport):

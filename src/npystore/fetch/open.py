@@ -10,16 +10,14 @@ too (:mod:`npystore.fetch.opening`, :mod:`npystore.fetch.gcs`), on Azure the fir
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from npystore.fetch.budget import BUDGET_OPTION, budget_from
 from npystore.fetch.fileobj import BinaryFile, FileSource, is_file_object
 from npystore.fetch.identity import ObjectIdentity
-from npystore.fetch.local import read_head
+from npystore.fetch.local import open_local
 from npystore.fetch.reader import RangeReader, is_local
 
 __all__ = ["OPEN_HEAD", "open_reader", "write_object"]
@@ -173,16 +171,11 @@ def local_path(url: str | bytes) -> str | None:
     return path.rstrip("/") or "/"
 
 
-def _local_reader(fs: Any, path: str, name: str, budget: float, head: int = 0) -> RangeReader:
-    """A reader of a local file (``fs`` None: no fsspec), its identity from ``os.stat``, or
-    with ``head``, from the ``fstat`` of the descriptor its first ``head`` bytes are read
-    from (:func:`~npystore.fetch.local.read_head`: the prefix every open reads, and a small
-    MAT-file's tags, without another open); a missing or forbidden file raises
+def _local_reader(fs: Any, path: str, name: str, budget: float, head: int) -> RangeReader:
+    """A reader of a local file (``fs`` None: no fsspec), opened by
+    :func:`~npystore.fetch.local.open_local`: with ``head``, its identity (``fstat``) and
+    first bytes from one descriptor (the prefix every open reads, and a small MAT-file's
+    tags, without another open); a missing or forbidden file raises
     ``FileNotFoundError``/``PermissionError`` naming it, a directory ``IsADirectoryError``."""
-    if head > 0:
-        st, first = read_head(path, name, head)
-        return RangeReader(fs, path, ObjectIdentity.from_stat(name, st), head=first, budget=budget)
-    st = os.stat(path)
-    if stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(errno.EISDIR, "Is a directory, expected a file", name)
-    return RangeReader(fs, path, ObjectIdentity.from_stat(name, st), budget=budget)
+    identity, first = open_local(path, name, head)
+    return RangeReader(fs, path, identity, head=first, budget=budget)
