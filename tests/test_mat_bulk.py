@@ -261,8 +261,8 @@ def test_leaves_over_the_limit_are_the_generic_parsers_nodes(
     monkeypatch: pytest.MonkeyPatch, order: str
 ) -> None:
     """A cell's leaves too large to decode with it (a cell of trials: 20 80-KB matrices)
-    become their nodes without the generic parser (``quick_ref``): equal to its nodes,
-    offsets and stored types included; anything else still goes to it."""
+    become their nodes without the generic parser (``quick_leaf`` given ``base``): equal
+    to its nodes, offsets and stored types included; anything else still goes to it."""
     from npystore.formats.mat5 import _parse
 
     rng = np.random.default_rng(5)

@@ -58,7 +58,6 @@ __all__ = [
     "quick_header",
     "quick_leaf",
     "quick_numeric",
-    "quick_ref",
 ]
 
 #: Bytes of the shortest regular miMATRIX: tag, array flags (16), 2-d dims (16), name tag.
@@ -370,11 +369,16 @@ def quick_chars(
 
 
 def quick_leaf(
-    buf: _Bytes, q: int, end: int, order: str, limit: int
-) -> npt.NDArray[Any] | str | DecodedChars | None:
+    buf: _Bytes, q: int, end: int, order: str, limit: int, *, base: int | None = None
+) -> npt.NDArray[Any] | str | DecodedChars | NumericArray | None:
     """The decoded value of a small numeric, logical or char miMATRIX at ``buf[q:end]``
     (see :func:`quick_numeric`, :func:`quick_chars`); MATLAB's 8-byte ``[]`` is a 0x0
-    double. None for anything else."""
+    double. None for anything else.
+
+    With ``base`` (the offset of ``buf[0]``), a real 2-d numeric leaf without a name in the
+    commonest layout whose values take more than ``limit`` bytes is given as its node,
+    what the generic parser gives for it below the top level (offsets ``base`` + those in
+    ``buf``), instead of None."""
     if end - q == 8:
         arr = np.empty((0, 0), _EMPTY_DOUBLE)
         arr.setflags(write=False)
@@ -401,63 +405,30 @@ def quick_leaf(
             else:
                 t, n, s = vt, vn, q + 56
             stored = _STORED[order].get(t)
-            if (
-                stored is not None
-                and n == numel * stored.itemsize
-                and s + n <= end
-                and (numel or (d0 <= 1 and d1 <= 1))
-                and numel * out.itemsize <= limit
-                and (n <= 4 or not vt >> 16)
-            ):
-                if not numel:
-                    arr = np.empty((d0, d1), out)
-                elif stored.kind == "f" and out.kind in "iu":
-                    with np.errstate(all="ignore"):
-                        arr = np.frombuffer(buf, stored, numel, s).astype(out)
-                    arr = arr.reshape(d1, d0).T  # column-major (d0, d1)
-                else:  # column-major (d0, d1), one array object
-                    values = np.frombuffer(buf, stored, numel, s).reshape(d1, d0)
-                    arr = values.T.astype(out, order="K")
-                arr.setflags(write=False)
-                return arr
+            if stored is not None and n == numel * stored.itemsize and s + n <= end:
+                if numel * out.itemsize > limit:
+                    if base is not None and not vt >> 16 and numel <= MAX_NUMEL:
+                        cls = _class_name(word & 0xFF, bool(word & _F_LOGICAL))
+                        real = DataRef(base + s, n, stored, t)
+                        return NumericArray(
+                            "", (d0, d1), cls, False, real, None, base + q, end - q,
+                            bool(word & _F_GLOBAL),
+                        )  # fmt: skip
+                elif (numel or (d0 <= 1 and d1 <= 1)) and (n <= 4 or not vt >> 16):
+                    if not numel:
+                        arr = np.empty((d0, d1), out)
+                    elif stored.kind == "f" and out.kind in "iu":
+                        with np.errstate(all="ignore"):
+                            arr = np.frombuffer(buf, stored, numel, s).astype(out)
+                        arr = arr.reshape(d1, d0).T  # column-major (d0, d1)
+                    else:  # column-major (d0, d1), one array object
+                        values = np.frombuffer(buf, stored, numel, s).reshape(d1, d0)
+                        arr = values.T.astype(out, order="K")
+                    arr.setflags(write=False)
+                    return arr
     h = quick_header(buf, q, end, order)
     if h is None:
         return None
     if h.flags & 0xFF == CHAR:
         return quick_chars(buf, q, end, order, h)
     return quick_numeric(buf, q, end, order, limit, h)
-
-
-def quick_ref(
-    buf: _Bytes, q: int, end: int, order: str, limit: int, base: int
-) -> NumericArray | None:
-    """The node of a real 2-d numeric or logical miMATRIX without a name at ``buf[q:end]``
-    whose values take more than ``limit`` bytes (a leaf :func:`quick_leaf` does not decode):
-    what the generic parser gives for it below the top level, its offsets ``base`` + those
-    in ``buf``; None for any other layout."""
-    if end - q < _MIN_SIZE + 8 or end > len(buf):
-        return None
-    ft, fn, word, _, dt, dn, d0, d1, nt, nn, vt, vn = _TWELVE[order].unpack_from(buf, q + 8)
-    out = _VALUE_DTYPES.get(word & _KIND_FLAGS)
-    if (
-        out is None
-        or word & _F_COMPLEX
-        or not (fn == dn == 8 and nn == 0 and ft in (5, 6) and dt in (5, 6))
-        or nt not in (1, 2, MI_UTF8)
-        or vt >> 16  # a small data element: at most 4 bytes, never over the limit
-        or d0 >= 2**31
-        or d1 >= 2**31
-    ):
-        return None
-    numel = d0 * d1
-    code = _MI_DTYPES.get(vt)
-    if code is None or numel > MAX_NUMEL or numel * out.itemsize <= limit:
-        return None
-    stored = _dt(order, code)
-    if vn != numel * stored.itemsize or q + 56 + vn > end:
-        return None  # (values in the buffer: numpy can hold them, as the shape check asks)
-    cls = _class_name(word & 0xFF, bool(word & _F_LOGICAL))
-    real = DataRef(base + q + 56, vn, stored, vt)
-    return NumericArray(
-        "", (d0, d1), cls, False, real, None, base + q, end - q, bool(word & _F_GLOBAL)
-    )

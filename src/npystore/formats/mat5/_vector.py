@@ -24,7 +24,6 @@ from npystore.formats.mat5._bulk import (
     _TWELVE,
     _VALUE_DTYPES,
     quick_leaf,
-    quick_ref,
 )
 from npystore.formats.mat5._tags import (
     _F_COMPLEX,
@@ -105,9 +104,8 @@ def decode_children(
                 if value is not None and len(memo) < MEMO_ENTRIES:
                     memo[key] = value
         else:
-            value = quick_leaf(buf, q, q + 8 + nbytes, order, limit)
-            if value is None:  # a leaf too large to decode here: its node, as parsed
-                value = quick_ref(buf, q, q + 8 + nbytes, order, limit, base)
+            # (a leaf too large to decode here: its node, as parsed)
+            value = quick_leaf(buf, q, q + 8 + nbytes, order, limit, base=base)
         nodes[i] = value if value is not None else fallback(i, base + q)[0]
     for i in range(walked, count):  # after a wrong tag: the fallback reports it
         node, pos = fallback(i, pos)
